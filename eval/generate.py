@@ -1,0 +1,59 @@
+"""Batched generation through the installed seam: left padding, stop strings, a progress bar.
+
+    outputs = generate_outputs(model, tokenizer, examples, seam.new_cache, batch_size=4)
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+
+def _batches(examples, batch_size: int):
+    """Group examples of equal max_new_tokens into batches, longest prompts first (less padding)."""
+    order = sorted(range(len(examples)), key=lambda i: (examples[i].max_new_tokens, -len(examples[i].prompt)))
+    batch: list[int] = []
+    for idx in order:
+        if batch and (len(batch) == batch_size or examples[batch[0]].max_new_tokens != examples[idx].max_new_tokens):
+            yield batch
+            batch = []
+        batch.append(idx)
+    if batch:
+        yield batch
+
+
+def truncate_at_stop(text: str, stop: list[str] | None) -> str:
+    cut = min([text.find(s) for s in (stop or []) if s and s in text], default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
+                     stop: list[str] | None = None, desc: str = "generate") -> list[str]:
+    """Generate one continuation per example (greedy unless `sampling` gives do_sample params)."""
+    outputs: list[str] = [""] * len(examples)
+    device = next(model.parameters()).device
+    started = time.time()
+    with tqdm(total=len(examples), desc=desc, unit="ex", dynamic_ncols=True) as bar:
+        for batch in _batches(examples, batch_size):
+            prompts = [examples[i].prompt for i in batch]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=_needs_bos(tokenizer, prompts))
+            enc = {k: v.to(device) for k, v in enc.items()}
+            gen_kwargs = dict(max_new_tokens=examples[batch[0]].max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+            gen_kwargs.update(sampling or {"do_sample": False})
+            if stop:
+                gen_kwargs.update(stop_strings=stop, tokenizer=tokenizer)
+            with torch.inference_mode():
+                out = model.generate(**enc, past_key_values=new_cache(), **gen_kwargs)
+            new_tokens = out[:, enc["input_ids"].shape[1]:]
+            for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
+                outputs[i] = truncate_at_stop(text, stop)
+            bar.update(len(batch))
+            bar.set_postfix(ex_per_s=f"{bar.n / max(time.time() - started, 1e-9):.2f}")
+    return outputs
+
+
+def _needs_bos(tokenizer, prompts) -> bool:
+    """Chat-templated prompts already carry the BOS token; plain prompts get the tokenizer's specials."""
+    bos = tokenizer.bos_token
+    return not (bos and all(p.startswith(bos) for p in prompts))

@@ -1,0 +1,172 @@
+"""The three-region KV cache: full-precision sink | quantized history | full-precision recent.
+
+One `ThreeRegionLayer` per full-attention layer (sliding-window layers keep transformers' own
+full-precision `DynamicSlidingWindowLayer`: they hold at most `sliding_window` tokens).
+Tokens are stored in position order; K rows are stored rotated by R_K (V rows arrive already in the
+R_V basis because v_proj is folded). Region sizes come from the quantizer (METHOD_OSCAR §7):
+  * the first `sink_tokens` tokens stay full precision (None = all of them: the identity);
+  * the last `recent_tokens` (+ up to page-1 slack) stay full precision;
+  * everything between is quantized; during decode the oldest recent tokens are demoted in pages
+    of `page_tokens`; a prefill chunk demotes everything beyond the recent window at once.
+`update()` returns a `KVView` that the seam's attention function reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+@dataclass
+class KVView:
+    """What a cache layer hands to the attention function for one forward call."""
+
+    layer: "ThreeRegionLayer"
+    keys: torch.Tensor | None      # [B, H_kv, T_kv, D] position-ordered, rotated basis; None on the kernel path
+    values: torch.Tensor | None    # [B, H_kv, T_kv, D]
+    new_tokens: int                # tokens appended by this call (the queries)
+
+
+class PackedHistory:
+    """Quantized rows of one tensor (K or V) of one layer, in growable buffers along the token axis."""
+
+    def __init__(self, quantizer, spec, keep_dequantized: bool):
+        self.quantizer, self.spec = quantizer, spec
+        self.keep_dequantized = keep_dequantized
+        self.length = 0
+        self.buffers: dict[str, torch.Tensor] = {}   # codes/scale/zero, token-like axis at dim -2
+        self.used: dict[str, int] = {}
+        self.dequantized: torch.Tensor | None = None  # [B, H_kv, N, D] mirror for the reference read path
+
+    def append(self, rows: torch.Tensor) -> None:
+        """Quantize and store `rows` [B, H_kv, n, D]."""
+        qt = self.quantizer.quantize(rows.float(), self.spec)
+        for key in ("codes", "scale", "zero"):
+            self._push(key, getattr(qt, key))
+        self.length += rows.shape[-2]
+        if self.keep_dequantized:
+            deq = self.quantizer.dequantize(qt).to(rows.dtype)
+            self.dequantized = deq if self.dequantized is None else torch.cat([self.dequantized, deq], dim=-2)
+
+    def _push(self, key: str, part: torch.Tensor) -> None:
+        buf, used, n = self.buffers.get(key), self.used.get(key, 0), part.shape[-2]
+        if buf is None or used + n > buf.shape[-2]:
+            capacity = max(2 * (used + n), 64)
+            grown = part.new_empty(*part.shape[:-2], capacity, part.shape[-1])
+            if buf is not None:
+                grown[..., :used, :] = buf[..., :used, :]
+            buf = self.buffers[key] = grown
+        buf[..., used:used + n, :] = part
+        self.used[key] = used + n
+
+    def view(self, key: str) -> torch.Tensor:
+        return self.buffers[key][..., : self.used[key], :]
+
+    def nbytes(self) -> int:
+        return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers)
+
+
+class ThreeRegionLayer(DynamicLayer):
+    """A full-attention cache layer laid out as sink | quantized history | recent."""
+
+    is_sliding = False
+
+    def __init__(self, quantizer, layer_idx: int, keep_dequantized: bool = True):
+        super().__init__()
+        self.quantizer, self.layer_idx = quantizer, layer_idx
+        self.keep_dequantized = keep_dequantized
+        self.n_tokens = 0
+        self.n_sink = 0
+        self.history_k = self.history_v = None
+        r_k = quantizer.key_rotation(layer_idx)
+        self.key_rotation = None if r_k is None else r_k.float()
+
+    # ---------------------------------------------------------------- transformers' layer API
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])   # full-precision rows
+        self.values = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
+        if self.quantizer.stores_codes:
+            self.history_k = PackedHistory(self.quantizer, self.quantizer.key_spec, self.keep_dequantized)
+            self.history_v = PackedHistory(self.quantizer, self.quantizer.value_spec, self.keep_dequantized)
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Store new K/V [B, H_kv, T, D] (K rotated here) and return a view for the attention function."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        key_states = self.rotate_keys(key_states)
+        new = key_states.shape[-2]
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        self.n_tokens += new
+        self._grow_sink()
+        self._demote(prefill=new > 1)
+        keys, values = self.materialize()
+        keys[..., -new:, :] = key_states         # the current chunk attends to itself in full precision
+        values[..., -new:, :] = value_states
+        view = KVView(self, keys, values, new)
+        return view, view
+
+    def get_seq_length(self) -> int:
+        return self.n_tokens
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.n_tokens + query_length, 0
+
+    def reset(self) -> None:
+        self.n_tokens = self.n_sink = 0
+        self.history_k = self.history_v = None
+        super().reset()
+
+    # ---------------------------------------------------------------- regions
+    def rotate_keys(self, key_states: torch.Tensor) -> torch.Tensor:
+        if self.key_rotation is None:
+            return key_states
+        rot = self.key_rotation.to(key_states.device)
+        return (key_states.float() @ rot).to(key_states.dtype)
+
+    def _grow_sink(self) -> None:
+        sink = self.quantizer.sink_tokens
+        self.n_sink = self.n_tokens if sink is None else min(self.n_tokens, sink)
+
+    def _demote(self, prefill: bool) -> None:
+        """Move the oldest recent tokens beyond the recent window into the quantized history."""
+        if not self.quantizer.stores_codes:
+            return
+        n_recent = self.keys.shape[-2] - self.n_sink
+        excess = n_recent - self.quantizer.recent_tokens
+        page = self.quantizer.page_tokens
+        n_move = excess - excess % self._alignment() if prefill else (excess // page) * page
+        if n_move <= 0:
+            return
+        lo, hi = self.n_sink, self.n_sink + n_move
+        self.history_k.append(self.keys[..., lo:hi, :])
+        self.history_v.append(self.values[..., lo:hi, :])
+        self.keys = torch.cat([self.keys[..., :lo, :], self.keys[..., hi:, :]], dim=-2)
+        self.values = torch.cat([self.values[..., :lo, :], self.values[..., hi:, :]], dim=-2)
+
+    def _alignment(self) -> int:
+        """Prefill demotes any count, except channel-axis (KIVI) keys, which need whole token groups."""
+        spec = self.quantizer.key_spec
+        return spec.group if getattr(spec, "axis", "token") == "channel" else 1
+
+    @property
+    def history_length(self) -> int:
+        return 0 if self.history_k is None else self.history_k.length
+
+    def materialize(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Position-ordered [sink | dequantized history | recent] K and V, [B, H_kv, T, D]."""
+        if self.history_length == 0:
+            return self.keys.clone(), self.values.clone()
+        s = self.n_sink
+        keys = torch.cat([self.keys[..., :s, :], self.history_k.dequantized, self.keys[..., s:, :]], dim=-2)
+        values = torch.cat([self.values[..., :s, :], self.history_v.dequantized, self.values[..., s:, :]], dim=-2)
+        return keys, values
+
+    def nbytes(self) -> int:
+        """Bytes held by this layer: full-precision rows plus packed history (codes and metadata)."""
+        full = (self.keys.numel() + self.values.numel()) * self.keys.element_size() if self.is_initialized else 0
+        packed = 0 if self.history_k is None else self.history_k.nbytes() + self.history_v.nbytes()
+        return full + packed

