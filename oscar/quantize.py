@@ -131,11 +131,16 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     if codes.dtype != torch.uint8:
         raise ValueError(f"codes must be uint8, got {codes.dtype}.")
     container = _container(bits)
-    per_byte = 8 // container
-    if codes.shape[-1] % per_byte != 0:
-        raise ValueError(f"last dim {codes.shape[-1]} is not divisible by {per_byte} codes per byte.")
+    if codes.shape[-1] % (8 // container) != 0:
+        raise ValueError(f"last dim {codes.shape[-1]} is not divisible by {8 // container} codes per byte.")
     if codes.numel() and int(codes.max()) >= 2 ** container:
         raise ValueError(f"codes must be below {2 ** container} to fit a {container}-bit container.")
+    return _pack(codes, container)
+
+
+def _pack(codes: torch.Tensor, container: int) -> torch.Tensor:
+    """pack_codes without validation (quantize produces valid codes; avoids a device sync)."""
+    per_byte = 8 // container
     n_bytes = codes.shape[-1] // per_byte
     quarters = codes.reshape(*codes.shape[:-1], per_byte, n_bytes).to(torch.int32)  # [..., p, n]
     offsets = _bit_offsets(per_byte, container, codes.device)[:, None]                # [p, 1]
@@ -190,20 +195,26 @@ def _grouped(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, int]:
 
 
 def _stored(values: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Round fp32 metadata to the storage dtype (kept finite) and return it as fp32."""
+    """Round fp32 metadata to the storage dtype and return it as fp32."""
+    return values.to(spec.torch_scale_dtype).float()
+
+
+def _stored_scale(scale: torch.Tensor, offset: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """Stored scale, raised where needed so the zero point (about offset / scale) stays finite.
+
+    The floors are the dtype's smallest normal (a constant group never divides by zero) and
+    |offset| / (max / 2) (a near-constant group far from 0 keeps |zero| below the dtype's max).
+    Neither binds on ordinary data; both matter for fp16 metadata.
+    """
     info = torch.finfo(spec.torch_scale_dtype)
-    return values.clamp(-info.max, info.max).to(spec.torch_scale_dtype).float()
-
-
-def _stored_scale(scale: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Stored scale, raised to the dtype's smallest normal so a constant group never divides by zero."""
-    return _stored(scale, spec).clamp_min(torch.finfo(spec.torch_scale_dtype).tiny)
+    scale = torch.maximum(scale, offset.abs() / (info.max / 2))
+    return _stored(scale, spec).clamp_min(info.tiny)
 
 
 def _asymmetric(groups: torch.Tensor, dim: int, spec: QuantSpec):
     low = groups.amin(dim=dim, keepdim=True)
     high = groups.amax(dim=dim, keepdim=True)
-    scale = _stored_scale((high - low).clamp_min(RANGE_FLOOR) / spec.max_code, spec)
+    scale = _stored_scale((high - low).clamp_min(RANGE_FLOOR) / spec.max_code, low, spec)
     zero = _stored(-low / scale, spec)
     codes = torch.floor(groups / scale + zero + 0.5).clamp(0, spec.max_code)
     return codes, scale, zero
@@ -212,7 +223,7 @@ def _asymmetric(groups: torch.Tensor, dim: int, spec: QuantSpec):
 def _symmetric(groups: torch.Tensor, dim: int, spec: QuantSpec):
     half = 2 ** (spec.bits - 1)
     peak = groups.abs().amax(dim=dim, keepdim=True).clamp_min(RANGE_FLOOR)
-    scale = _stored_scale(peak / (half - 1), spec)
+    scale = _stored_scale(peak / (half - 1), torch.zeros_like(peak), spec)
     signed = torch.floor(groups / scale + 0.5).clamp(-half, half - 1)
     return signed + half, scale, torch.full_like(scale, float(half))
 
@@ -222,7 +233,7 @@ def _lloyd_max(groups: torch.Tensor, dim: int, spec: QuantSpec):
     std = torch.sqrt(((groups - mean) ** 2).mean(dim=dim, keepdim=True) + LLOYD_MAX_VARIANCE_FLOOR)
     z = (groups - mean) / std
     codes = (z >= -LLOYD_MAX_THRESHOLD).float() + (z >= 0).float() + (z >= LLOYD_MAX_THRESHOLD).float()
-    scale = _stored_scale((2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio * std, spec)
+    scale = _stored_scale((2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio * std, mean, spec)
     zero = _stored(1.5 - mean / scale, spec)
     return codes, scale, zero
 
@@ -238,7 +249,7 @@ def quantize(x: torch.Tensor, spec: QuantSpec) -> QuantizedTensor:
     codes, scale, zero = variant(groups, dim, spec)
     codes = codes.to(torch.uint8).reshape(x.shape)  # [..., T, D]
     return QuantizedTensor(
-        codes=pack_codes(codes, spec.bits),
+        codes=_pack(codes, spec.container_bits),
         scale=scale.squeeze(dim).to(spec.torch_scale_dtype),
         zero=zero.squeeze(dim).to(spec.torch_scale_dtype),
         spec=spec,

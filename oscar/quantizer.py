@@ -9,6 +9,7 @@ shared by every quantizer, so a new method is one small module plus one YAML.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +17,16 @@ import torch
 # name -> "module:Class"; imported only when asked for, so listing names costs nothing.
 REGISTRY: dict[str, str] = {
     "bf16": "baselines.bf16:BF16",
+    "naive_int2": "baselines.naive:NaiveInt2",
+    "quarot_int2": "baselines.quarot:QuaRot",
+    "quarot_int4": "baselines.quarot:QuaRot",
+    "kivi2": "baselines.kivi:KIVI",
+    "kivi4": "baselines.kivi:KIVI",
+    "int4": "baselines.int4:Int4",
+    "saw_int4": "baselines.int4:Int4",
+    "oscar": "oscar.method:OSCAR",
 }
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "quantizer"
 
 
 class KVQuantizer:
@@ -74,10 +84,23 @@ def known_quantizers() -> list[str]:
     return sorted(REGISTRY)
 
 
-def build_quantizer(name: str, **options) -> KVQuantizer:
-    """Instantiate a registered quantizer by name (imports its module lazily)."""
+def default_options(name: str) -> dict:
+    """The options of configs/quantizer/<name>.yaml (the single source of each quantizer's defaults)."""
+    path = CONFIG_DIR / f"{name}.yaml"
+    if not path.exists():
+        return {}
+    from omegaconf import OmegaConf
+    options = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    options.pop("name", None)
+    return options
+
+
+def build_quantizer(name: str, **overrides) -> KVQuantizer:
+    """Instantiate a registered quantizer by name: YAML defaults, then `overrides` (imports lazily)."""
     if name not in REGISTRY:
         raise ValueError(f"Unknown quantizer '{name}'; known: {', '.join(known_quantizers())}.")
     module_name, cls_name = REGISTRY[name].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**options)
+    quantizer = cls(**{**default_options(name), **overrides})
+    quantizer.name = name
+    return quantizer

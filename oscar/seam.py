@@ -37,15 +37,13 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
     query: [B, H_q, T_q, D] post-RoPE. Returns ([B, T_q, H_q, D], None) like transformers' sdpa.
     """
-    if not isinstance(key, KVView):
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      scaling=scaling, dropout=dropout, **kwargs)
-    layer = key.layer
-    if layer.key_rotation is not None:
-        query = (query.float() @ layer.key_rotation.to(query.device)).to(query.dtype)
-    out, _ = sdpa_attention_forward(module, query, key.keys, key.values, attention_mask,
+    if isinstance(key, KVView):
+        if key.layer.key_rotation is not None:
+            query = (query.float() @ key.layer.key_rotation.to(query.device)).to(query.dtype)
+        key, value = key.keys, key.values
+    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
                                     scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
-    r_v = getattr(module, "_kvq_value_rotation", None)
+    r_v = getattr(module, "_kvq_value_rotation", None)   # v_proj folded: map the output back
     if r_v is not None:
         out = (out.float() @ r_v.T.to(out.device)).to(out.dtype)
     return out, None
@@ -106,7 +104,10 @@ class Seam:
         check_architecture(self.model.config)
         if not self.modules:
             raise ValueError("No attention modules with v_proj/o_proj found; the KV seam cannot patch this model.")
+        kinds = self.layer_types()
         for module in self.modules:
+            if kinds[module.layer_idx] == "sliding_attention":
+                continue                      # sliding layers stay full precision and unrotated
             rotation = self.quantizer.value_rotation(module.layer_idx)
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation)

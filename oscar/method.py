@@ -1,0 +1,92 @@
+"""OSCAR: per-layer rotations R = U * H * P_br from attention statistics, clipping, INT2, BF16 windows.
+
+R_K comes from the eigenbasis of the query second moment C_Q; R_V from the score-weighted value
+target C_S (`value_target: surrogate` = the released logit-energy surrogate, `softmax` = the
+paper's S^T S). Rotations are computed once per (model, calibration data, budget, config) and
+cached as RotationZoo files; `rotation_dir` points at precomputed files (e.g. the official ones).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from baselines.uniform import UniformKVQuantizer
+from oscar.covariance import query_second_moment, value_target_softmax, value_target_surrogate
+from oscar.rotation import compose_rotation, eigen_basis, load_rotations, save_rotations
+
+K_FILE, V_FILE = "k_rotation_qqt_{mode}.pt", "v_rotation_sst_{mode}.pt"
+VALUE_TARGETS = ("surrogate", "softmax")
+
+
+class OSCAR(UniformKVQuantizer):
+    name = "oscar"
+
+    def __init__(self, compose: str = "r_h_pbr", value_target: str = "surrogate", calibration: dict | None = None,
+                 rotation_dir: str | None = None, **options):
+        super().__init__(**options)
+        if value_target not in VALUE_TARGETS:
+            raise ValueError(f"value_target must be one of {VALUE_TARGETS}, got '{value_target}'.")
+        self.compose, self.value_target = compose, value_target
+        self.calibration = dict(calibration or {})
+        self.rotation_dir = rotation_dir
+        self.options.update(compose=compose, value_target=value_target, calibration=self.calibration)
+        self.rotations_k: dict[int, torch.Tensor] = {}
+        self.rotations_v: dict[int, torch.Tensor] = {}
+
+    def check(self, model_config) -> None:
+        super().check(model_config)
+        if self.head_dim & (self.head_dim - 1):
+            raise ValueError(f"oscar needs a power-of-two head_dim for its Hadamard, got {self.head_dim}.")
+        if self.rotation_dir and not Path(self.rotation_dir).is_dir():
+            raise FileNotFoundError(f"OSCAR rotation_dir '{self.rotation_dir}' does not exist.")
+
+    def prepare(self, model, tokenizer) -> None:
+        folder = Path(self.rotation_dir) if self.rotation_dir else self._calibrated_dir(model, tokenizer)
+        self.rotations_k = load_rotations(folder / K_FILE.format(mode=self.compose))
+        self.rotations_v = load_rotations(folder / V_FILE.format(mode=self.compose))
+        self.artifact_dir = str(folder)
+
+    def key_rotation(self, layer_idx: int):
+        return self.rotations_k.get(layer_idx)
+
+    def value_rotation(self, layer_idx: int):
+        return self.rotations_v.get(layer_idx)
+
+    # ---------------------------------------------------------------- calibration
+    def _calibrated_dir(self, model, tokenizer) -> Path:
+        from oscar.models import cache_root
+        folder = cache_root() / "rotations" / self.artifact_key(model)
+        if not (folder / K_FILE.format(mode=self.compose)).exists():
+            self.calibrate(model, tokenizer, folder)
+        return folder
+
+    def artifact_key(self, model) -> str:
+        """Hash of (model config + a weight fingerprint, calibration settings, rotation config)."""
+        first_q = next(m for m in model.modules() if hasattr(m, "q_proj")).q_proj.weight
+        blob = json.dumps({"config": model.config.to_json_string(use_diff=False),
+                           "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
+                           "compose": self.compose, "value_target": self.value_target}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def calibrate(self, model, tokenizer, folder: Path) -> None:
+        from oscar.calibrate import calibration_text, capture_activations
+        cal = self.calibration
+        text = calibration_text(cal.get("source", "essays"), cal.get("path"), dataset=cal.get("dataset"))
+        captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),
+                                       int(cal.get("seq_len", 2048)))
+        rot_k, eig_k, rot_v, eig_v = {}, {}, {}, {}
+        for layer_idx, cap in sorted(captured.items()):
+            q, k, v = cap.stacked()
+            c_q = query_second_moment(q)
+            c_s = value_target_surrogate(q, k, v) if self.value_target == "surrogate" else \
+                value_target_softmax(q, k, v, cap.scaling, cap.seq_lens)
+            eig_k[layer_idx], u_k = eigen_basis(c_q)
+            eig_v[layer_idx], u_v = eigen_basis(c_s)
+            rot_k[layer_idx] = compose_rotation(u_k, eig_k[layer_idx], self.compose)
+            rot_v[layer_idx] = compose_rotation(u_v, eig_v[layer_idx], self.compose)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_rotations(folder / K_FILE.format(mode=self.compose), rot_k, eig_k, f"qqt_{self.compose}")
+        save_rotations(folder / V_FILE.format(mode=self.compose), rot_v, eig_v, f"sst_{self.compose}")

@@ -1,0 +1,47 @@
+"""run.py end to end on the tiny model: bad input fails early with one sentence; finished cells are skipped."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*overrides, results_dir, timeout=300):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, str(ROOT / "run.py"), f"results_dir={results_dir}", "hydra.run.dir=" + str(results_dir / "hy"),
+           *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["quantizer=no_such_quantizer"], "no_such_quantizer"),
+    (["model=no_such_model"], "no_such_model"),
+    (["task=no_such_task"], "no_such_task"),
+    (["ctx=64k"], "exceeds model 'gemma3_270m''s 32768 positions"),
+    (["model=tiny_qwen3", "model.source=local", "model.path=/nonexistent/model"], "/nonexistent/model"),
+])
+def test_bad_input_fails_fast_with_one_sentence(tmp_path, overrides, needle):
+    proc = run(*overrides, results_dir=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "rows").exists()
+
+
+def test_tiny_run_writes_rows_then_skips(tmp_path):
+    first = run("debug=tiny", results_dir=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = list((tmp_path / "rows").glob("*/*.jsonl"))
+    assert len(files) == 1
+    rows = [json.loads(line) for line in files[0].read_text().splitlines()]
+    assert {r["metric"] for r in rows} >= {"niah_single_1", "ruler_niah", "bits_per_element"}
+    for row in rows:
+        assert {"model", "quantizer", "task", "ctx", "seed", "metric", "value", "git_sha", "config_hash",
+                "versions", "device", "wall_time_s", "peak_mem_mb", "status"} <= row.keys()
+        assert row["status"] == "ok" and row["model"] == "tiny_qwen3"
+    second = run("debug=tiny", results_dir=tmp_path)
+    assert second.returncode == 0 and "[skip]" in second.stdout

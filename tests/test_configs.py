@@ -1,0 +1,46 @@
+"""Every config in every group composes, alone and in combination with the other axes."""
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def composer():
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        yield lambda overrides: compose(config_name="config", overrides=overrides)
+
+
+def test_every_axis_combination_composes(composer):
+    combos = itertools.product(options("model"), options("quantizer"), options("task"), options("ctx"))
+    count = 0
+    for model, quantizer, task, ctx in combos:
+        cfg = composer([f"model={model}", f"quantizer={quantizer}", f"task={task}", f"ctx={ctx}"])
+        assert cfg.model.name == model and cfg.quantizer.name == quantizer and cfg.ctx.name == ctx
+        assert cfg.ctx.tokens >= 4096 and cfg.task.module.startswith("eval.")
+        count += 1
+    assert count >= len(options("model")) * len(options("ctx"))
+
+
+@pytest.mark.parametrize("group", ["logger", "experiment", "debug"])
+def test_optional_groups_compose(composer, group):
+    for name in options(group):
+        cfg = composer([f"{group}={name}"])
+        assert cfg.model.name
+
+
+def test_debug_tiny_shrinks_the_run(composer):
+    cfg = composer(["debug=tiny"])
+    assert cfg.model.source == "tiny" and cfg.task.samples <= 4
+
+
+def test_ctx_group_has_token_counts(composer):
+    expected = {"4k": 4096, "8k": 8192, "16k": 16384, "32k": 32768, "64k": 65536, "128k": 131072}
+    assert {c: composer([f"ctx={c}"]).ctx.tokens for c in expected} == expected
