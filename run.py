@@ -10,6 +10,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from oscar.logger import log_cell
 from oscar.pipeline import CellError, run_cell
 from oscar.report import print_summary
 
@@ -22,6 +23,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print_summary(rows)
+    log_cell(cfg, rows)
 
 
 if __name__ == "__main__":
