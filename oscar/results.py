@@ -64,6 +64,9 @@ def cell_is_done(results_dir, task: str, cell: str) -> bool:
 
 
 def git_sha() -> str:
+    """Commit of the code that ran ($OSCAR_GIT_SHA wins, for copies of the tree without .git, e.g. a GPU box)."""
+    if os.environ.get("OSCAR_GIT_SHA"):
+        return os.environ["OSCAR_GIT_SHA"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, timeout=10).stdout.strip()
