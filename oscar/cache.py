@@ -7,7 +7,9 @@ R_V basis because v_proj is folded). Region sizes come from the quantizer (METHO
   * the first `sink_tokens` tokens stay full precision (None = all of them: the identity);
   * the last `recent_tokens` (+ up to page-1 slack) stay full precision;
   * everything between is quantized; during decode the oldest recent tokens are demoted in pages
-    of `page_tokens`; a prefill chunk demotes everything beyond the recent window at once.
+    of `page_tokens` (just before the next tokens are appended, so the tokens of the current step
+    always attend to themselves unquantized); a prefill chunk demotes everything beyond the recent
+    window at once and attends to its own rows in full precision.
 `update()` returns a `KVView` that the seam's attention function reads.
 """
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicLayer
+
+KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel); longer chunks are prefill (reference)
 
 
 @dataclass
@@ -29,25 +33,43 @@ class KVView:
 
 
 class PackedHistory:
-    """Quantized rows of one tensor (K or V) of one layer, in growable buffers along the token axis."""
+    """Quantized rows of one tensor (K or V) of one layer, in growable buffers along the token axis.
 
-    def __init__(self, quantizer, spec, keep_dequantized: bool):
-        self.quantizer, self.spec = quantizer, spec
-        self.keep_dequantized = keep_dequantized
+    On the reference path a dequantized mirror is kept (each row is dequantized once, when it is
+    written); on the kernel path only the packed bytes exist and the decode kernel reads them.
+    """
+
+    def __init__(self, quantizer, spec, use_kernels: bool):
+        self.quantizer, self.spec, self.use_kernels = quantizer, spec, use_kernels
         self.length = 0
+        self.head_dim = 0
         self.buffers: dict[str, torch.Tensor] = {}   # codes/scale/zero, token-like axis at dim -2
         self.used: dict[str, int] = {}
-        self.dequantized: torch.Tensor | None = None  # [B, H_kv, N, D] mirror for the reference read path
+        self._mirror: torch.Tensor | None = None      # [B, H_kv, N, D] reference-path mirror
 
     def append(self, rows: torch.Tensor) -> None:
         """Quantize and store `rows` [B, H_kv, n, D]."""
-        qt = self.quantizer.quantize(rows.float(), self.spec)
-        for key in ("codes", "scale", "zero"):
-            self._push(key, getattr(qt, key))
-        self.length += rows.shape[-2]
-        if self.keep_dequantized:
+        self.head_dim = rows.shape[-1]
+        if self.use_kernels:
+            from kernels.quant import quantize_pack
+            parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
+        else:
+            qt = self.quantizer.quantize(rows.float(), self.spec)
+            parts = {"codes": qt.codes, "scale": qt.scale, "zero": qt.zero}
             deq = self.quantizer.dequantize(qt).to(rows.dtype)
-            self.dequantized = deq if self.dequantized is None else torch.cat([self.dequantized, deq], dim=-2)
+            self._mirror = deq if self._mirror is None else torch.cat([self._mirror, deq], dim=-2)
+        for key, part in parts.items():
+            self._push(key, part)
+        self.length += rows.shape[-2]
+
+    @property
+    def dequantized(self) -> torch.Tensor:
+        """[B, H_kv, N, D] reconstruction (the mirror, or decoded from the packed bytes on the kernel path)."""
+        if self._mirror is not None:
+            return self._mirror
+        from oscar.quantize import QuantizedTensor
+        qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
+        return self.quantizer.dequantize(qt)
 
     def _push(self, key: str, part: torch.Tensor) -> None:
         buf, used, n = self.buffers.get(key), self.used.get(key, 0), part.shape[-2]
@@ -72,10 +94,10 @@ class ThreeRegionLayer(DynamicLayer):
 
     is_sliding = False
 
-    def __init__(self, quantizer, layer_idx: int, keep_dequantized: bool = True):
+    def __init__(self, quantizer, layer_idx: int, use_kernels: bool = False):
         super().__init__()
         self.quantizer, self.layer_idx = quantizer, layer_idx
-        self.keep_dequantized = keep_dequantized
+        self.use_kernels = use_kernels and quantizer.stores_codes
         self.n_tokens = 0
         self.n_sink = 0
         self.history_k = self.history_v = None
@@ -88,8 +110,8 @@ class ThreeRegionLayer(DynamicLayer):
         self.keys = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])   # full-precision rows
         self.values = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
         if self.quantizer.stores_codes:
-            self.history_k = PackedHistory(self.quantizer, self.quantizer.key_spec, self.keep_dequantized)
-            self.history_v = PackedHistory(self.quantizer, self.quantizer.value_spec, self.keep_dequantized)
+            self.history_k = PackedHistory(self.quantizer, self.quantizer.key_spec, self.use_kernels)
+            self.history_v = PackedHistory(self.quantizer, self.quantizer.value_spec, self.use_kernels)
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -98,11 +120,18 @@ class ThreeRegionLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         key_states = self.rotate_keys(key_states)
         new = key_states.shape[-2]
+        decode = new <= KERNEL_MAX_QUERY_TOKENS
+        if decode:
+            self._demote(prefill=False)   # demote before appending: the new tokens attend to themselves unquantized
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         self.n_tokens += new
         self._grow_sink()
-        self._demote(prefill=new > 1)
+        if not decode:
+            self._demote(prefill=True)
+        if self.use_kernels and decode:
+            view = KVView(self, None, None, new)        # the decode kernel reads the packed storage
+            return view, view
         keys, values = self.materialize()
         keys[..., -new:, :] = key_states         # the current chunk attends to itself in full precision
         values[..., -new:, :] = value_states
@@ -151,6 +180,18 @@ class ThreeRegionLayer(DynamicLayer):
         """Prefill demotes any count, except channel-axis (KIVI) keys, which need whole token groups."""
         spec = self.quantizer.key_spec
         return spec.group if getattr(spec, "axis", "token") == "channel" else 1
+
+    def sequence_starts(self, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padding offsets (history_start, fp_start) [B] int32 from a bool mask [B, 1, T_q, T_kv] or None."""
+        batch = self.keys.shape[0]
+        zeros = torch.zeros(batch, dtype=torch.int32, device=self.keys.device)
+        if attention_mask is None or attention_mask.dtype != torch.bool:
+            return zeros, zeros
+        pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).to(torch.int32)     # first visible position
+        n_hist = self.history_length
+        hist_start = (pad - self.n_sink).clamp(0, n_hist)
+        fp_start = torch.where(pad <= self.n_sink, pad, self.n_sink + (pad - self.n_sink - n_hist).clamp_min(0))
+        return hist_start.to(torch.int32), fp_start.to(torch.int32)
 
     @property
     def history_length(self) -> int:

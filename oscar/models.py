@@ -18,7 +18,7 @@ import torch
 
 SUPPORTED_SOURCES = ("hub", "local", "gguf_package", "tiny")
 _TINY_SHAPES = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                    head_dim=32, num_hidden_layers=2, max_position_embeddings=131072)
+                    head_dim=64, num_hidden_layers=2, max_position_embeddings=131072)
 
 
 @dataclass
@@ -112,7 +112,7 @@ def tiny_config(arch: str, vocab_size: int):
         return LlamaConfig(**common)
     if arch == "gemma3":
         return Gemma3TextConfig(**common, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
-                                query_pre_attn_scalar=32)
+                                query_pre_attn_scalar=64)
     raise ValueError(f"Unknown tiny architecture '{arch}'; known: qwen3, llama, gemma3.")
 
 

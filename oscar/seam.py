@@ -40,13 +40,36 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if isinstance(key, KVView):
         if key.layer.key_rotation is not None:
             query = (query.float() @ key.layer.key_rotation.to(query.device)).to(query.dtype)
+        if key.keys is None:
+            out = kernel_decode(key.layer, query, attention_mask, scaling)
+            return unrotate_output(module, out), None
         key, value = key.keys, key.values
     out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
                                     scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
-    r_v = getattr(module, "_kvq_value_rotation", None)   # v_proj folded: map the output back
-    if r_v is not None:
-        out = (out.float() @ r_v.T.to(out.device)).to(out.dtype)
-    return out, None
+    return unrotate_output(module, out), None
+
+
+def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
+    """Triton split-K decode over [sink | packed history | recent]; query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
+    from kernels.decode import decode_attention
+    hist_k, hist_v = layer.history_k, layer.history_v
+    batch, n_fp = layer.keys.shape[0], layer.keys.shape[-2]
+    hist_start, fp_start = layer.sequence_starts(attention_mask)
+    hist_len = torch.full((batch,), hist_k.length, dtype=torch.int32, device=query.device)
+    fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=query.device)
+    out = decode_attention(query, hist_k.view("codes"), hist_k.view("scale"), hist_k.view("zero"),
+                           hist_v.view("codes"), hist_v.view("scale"), hist_v.view("zero"), layer.keys, layer.values,
+                           hist_len, fp_len, hist_start, fp_start, sm_scale=scaling,
+                           k_spec=hist_k.spec, v_spec=hist_v.spec)                 # [B, H_q, T_q, D]
+    return out.transpose(1, 2).contiguous()
+
+
+def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:
+    """Map the attention output back from the R_V basis (v_proj was folded): out @ R_V^T."""
+    r_v = getattr(module, "_kvq_value_rotation", None)
+    if r_v is None:
+        return out
+    return (out.float() @ r_v.T.to(out.device)).to(out.dtype)
 
 
 AttentionInterface.register(ATTN_NAME, kvq_attention)
@@ -73,6 +96,14 @@ def fold_value_rotation(module, rotation: torch.Tensor) -> torch.Tensor:
     return original
 
 
+def kernels_enabled(device: torch.device, mode: str) -> bool:
+    """auto: Triton kernels on CUDA only; triton: forced (CPU needs TRITON_INTERPRET=1); reference: never."""
+    from kernels.dispatch import use_triton
+    if mode == "auto":
+        return device.type == "cuda"
+    return use_triton(device, mode)
+
+
 class Seam:
     """Installed state: which layers are patched and how to build a cache for them."""
 
@@ -80,6 +111,7 @@ class Seam:
         self.model, self.quantizer, self.kernels = model, quantizer, kernels
         self.modules = attention_modules(model)
         self.previous_impl = model.config._attn_implementation
+        self.use_kernels = kernels_enabled(next(model.parameters()).device, kernels)
         self._weights: dict[int, torch.Tensor] = {}
 
     @property
@@ -97,7 +129,7 @@ class Seam:
             if kind == "sliding_attention":
                 layers.append(DynamicSlidingWindowLayer(sliding_window=self.model.config.sliding_window))
             else:
-                layers.append(ThreeRegionLayer(self.quantizer, idx))
+                layers.append(ThreeRegionLayer(self.quantizer, idx, use_kernels=self.use_kernels))
         return Cache(layers=layers)
 
     def apply(self) -> "Seam":

@@ -1,0 +1,427 @@
+"""Triton decode attention over a packed low-bit history plus a full-precision segment.
+
+Two launches (flash-decoding):
+* stage 1, grid `(S_hist + S_fp, B * H_kv)`: program (s, b*H_kv + h) owns every query row of KV head
+  h (GROUP query heads x T_q tokens, padded to BLOCK_R >= 16 rows). Splits s < S_hist walk 1/S_hist
+  of the sequence's packed history in BLOCK_N-token tiles. Each tile's bytes are loaded once
+  ([BLOCK_N, D*bits/8], coalesced, software-pipelined) and never reshaped: with p codes per byte,
+  "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked and OR-ed into the
+  mantissa of 1024.0 (fp16), giving the exact value 1024 + 2^(f*b) * code with one AND/OR and no
+  shifts or int->float conversions. Scores are sum_f q_f @ field_f^T (q_f = q's f-th column block
+  times 2^(-f*b)), chained in one fp32 accumulator; values keep one accumulator per field. For the
+  single-group token layout the per-token (scale, zero) are folded around the dots instead of
+  dequantizing elements (keys also fold the 1024 offset, values subtract it exactly):
+      q.k_n = s_n * (q.c_n - z_n * sum(q)),    sum_n p_n v_n = sum_n (p_n s_n) c_n - sum_n p_n s_n z_n.
+  Grouped token layouts and the KIVI channel layout dequantize each field instead.
+  Splits s >= S_hist attend to the fp segment (BF16 sink + recent) with the causal rule for the
+  T_q new tokens. Each split stores its normalized partial output and base-2 log-sum-exp.
+* stage 2, grid `(B * H_kv, GROUP * T_q)`: log-sum-exp merge of all splits into `out`.
+
+The number of history splits fills the GPU (`DecodeConfig.programs_per_sm` programs per SM), with at
+least `min_split_tiles` tiles per split. On the GPU the dot operands are fp16 (fp32 accumulation);
+under TRITON_INTERPRET everything is fp32 and matches `decode_attention_reference` to ~1e-6.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.dispatch import interpreter_forced
+from kernels.reference import check_decode_inputs
+from oscar.quantize import QuantSpec
+
+HEAD_DIMS = (64, 128, 256)
+MAX_ROWS = 128            # GROUP * T_q query rows per program
+TOKEN, TOKEN_GROUPED, CHANNEL = 0, 1, 2
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tile sizes and launch parameters of stage 1."""
+
+    block_n: int = 128        # history tokens per tile
+    block_f: int = 64         # fp-segment tokens per tile
+    num_warps: int = 4
+    num_stages: int = 3
+    programs_per_sm: int = 4  # split target: fill the GPU this many programs deep
+    min_split_tiles: int = 4  # never split below this many tiles per program
+
+
+def default_config(head_dim: int, on_gpu: bool) -> DecodeConfig:
+    """Fixed heuristic table (no autotune: it does not run under the interpreter)."""
+    if not on_gpu:
+        return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
+    if head_dim <= 128:
+        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3)
+    return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2)
+
+
+@triton.jit
+def _field(packed, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, KEEP_OFFSET: tl.constexpr):
+    """Field f of every packed byte as exact floats 2^(f*BITS) * code (+ 1024 with KEEP_OFFSET, fp16).
+
+    The masked field is OR-ed into the mantissa of 1024.0 (fp16) or 2^23 (fp32): no shifts and no
+    int->float conversions (both are slow on the GPU's integer pipe).
+    """
+    MASK: tl.constexpr = ((1 << BITS) - 1) << (f * BITS)
+    if FP16:
+        vals = (((packed & MASK).to(tl.int16) | 0x6400).to(tl.int16)).to(tl.float16, bitcast=True)
+        if not KEEP_OFFSET:
+            vals = vals - 1024.0
+    else:
+        vals = ((packed & MASK).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+    return vals
+
+
+@triton.jit
+def _dequant_field(vals, s_ptr, z_ptr, tok, coord, ok, stride_n, f: tl.constexpr, BITS: tl.constexpr,
+                   GROUP: tl.constexpr, LAYOUT: tl.constexpr):
+    """2^(f*BITS) * code -> 2^(f*BITS) * (code - zero) * scale, with grouped-token or channel metadata."""
+    if LAYOUT == 2:
+        meta = (tok // GROUP) * stride_n + coord
+    else:
+        meta = tok * stride_n + coord // GROUP
+    s = tl.load(s_ptr + meta, mask=ok, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + meta, mask=ok, other=0.0).to(tl.float32)
+    return vals * s.to(vals.dtype) - (z * s * (1 << (f * BITS))).to(vals.dtype)
+
+
+@triton.jit
+def _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
+    """Per-token (scale, zero) of the single-group token layout, [BLOCK_N] each."""
+    s = tl.load(s_ptr + offs_n * stride_n, mask=mask_n, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + offs_n * stride_n, mask=mask_n, other=0.0).to(tl.float32)
+    return s, z
+
+
+@triton.jit
+def _query_fields(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr,
+                  OFFSET: tl.constexpr):
+    """q split like the packed keys: field f = q[:, f*NB:(f+1)*NB] * 2^(-f*BITS), [BLOCK_R, NB] each.
+
+    Field f of the codes is 2^(f*BITS) * code (+ OFFSET), so sum_f q_f @ field_f = q . codes + the
+    returned q_off = OFFSET * sum_f sum(q_f). Also returns sum(q) for the zero points.
+    """
+    P: tl.constexpr = 8 // BITS
+    NB: tl.constexpr = D // P
+    nb = tl.arange(0, NB)
+    fields = ()
+    q_sum = tl.zeros(row_ok.shape, tl.float32)                                     # [BLOCK_R]
+    q_off = tl.zeros(row_ok.shape, tl.float32)
+    for f in tl.static_range(P):
+        x = tl.load(q_ptr + q_rows[:, None] + f * NB + nb[None, :], mask=row_ok[:, None], other=0.0)
+        x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)   # [BLOCK_R, NB]
+        q_sum += tl.sum(x.to(tl.float32), axis=1)
+        x = x * (1.0 / (1 << (f * BITS)))                                           # exact power of two
+        q_off += tl.sum(x.to(tl.float32), axis=1) * OFFSET
+        fields = fields + (x,)
+    return fields, q_sum, q_off
+
+
+@triton.jit
+def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
+            D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
+            FP16: tl.constexpr, OFFSET: tl.constexpr):
+    """Logits [BLOCK_R, BLOCK_N] of one packed K tile: sum_f q_f @ field_f^T in one fp32 accumulator."""
+    P: tl.constexpr = 8 // BITS
+    NB: tl.constexpr = D // P
+    nb = tl.arange(0, NB)
+    packed = tl.load(c_ptr + offs_n[:, None] * stride_cn + nb[None, :], mask=mask_n[:, None], other=0)
+    packed = tl.trans(packed)                                                      # [NB, BLOCK_N]
+    for f in tl.static_range(P - 1, -1, -1):
+        k = _field(packed, f, BITS, FP16, OFFSET != 0)
+        if LAYOUT != 0:
+            k = _dequant_field(k, s_ptr, z_ptr, offs_n[None, :], f * NB + nb[:, None], mask_n[None, :],
+                               stride_sn, f, BITS, GROUP, LAYOUT)
+        if f == P - 1:
+            qk = tl.dot(q_fields[f], k)
+        else:
+            qk = tl.dot(q_fields[f], k, qk)
+    if LAYOUT == 0:  # q.(c - z) * s; q_off removes the fields' 1024 offsets
+        s, z = _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_sn)
+        qk = (qk - q_off[:, None] - q_sum[:, None] * z[None, :]) * s[None, :]
+    return qk
+
+
+@triton.jit
+def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
+                       D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
+                       FP16: tl.constexpr):
+    """acc_f = alpha * acc_f + p' @ field_f for every field of one packed V tile.
+
+    Single-group token layout: p' = p * scale (per token) and the running pz_sum = sum p' * zero
+    lets the epilogue remove the zero points. The fields are exact codes here (no 1024 offset: the
+    output can be far smaller than the offset terms, whose cancellation would lose all its bits).
+    """
+    P: tl.constexpr = 8 // BITS
+    NB: tl.constexpr = D // P
+    nb = tl.arange(0, NB)
+    packed = tl.load(c_ptr + offs_n[:, None] * stride_cn + nb[None, :], mask=mask_n[:, None], other=0)
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    if LAYOUT == 0:
+        s, z = _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_sn)
+        pv = (p * s[None, :]).to(dtype)                                            # [BLOCK_R, BLOCK_N]
+        pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[None, :], axis=1)
+    else:
+        pv = p.to(dtype)
+    new_acc = ()
+    for f in tl.static_range(P):
+        v = _field(packed, f, BITS, FP16, False)                                   # [BLOCK_N, NB]
+        if LAYOUT != 0:
+            v = _dequant_field(v, s_ptr, z_ptr, offs_n[:, None], f * NB + nb[None, :], mask_n[:, None],
+                               stride_sn, f, BITS, GROUP, LAYOUT)
+        new_acc = new_acc + (tl.dot(pv, v, acc[f] * alpha[:, None]),)
+    return new_acc, pz_sum
+
+
+@triton.jit
+def _softmax_step(qk, m_i, l_i):
+    """One base-2 online-softmax step; rows with no valid key so far stay at m=-inf, l=0."""
+    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(qk - m_safe[:, None])                                              # [BLOCK_R, BLOCK_N]
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def _split_bounds(lo, hi, split, n_splits, BLOCK: tl.constexpr):
+    """[start, end) of this split of [lo, hi), in whole tiles of BLOCK tokens."""
+    per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), n_splits), BLOCK) * BLOCK
+    start = lo + split * per_split
+    return start, tl.minimum(start + per_split, hi)
+
+
+@triton.jit
+def _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i):
+    """Store base-2 log-sum-exp (-inf for rows without keys); return the safe normalizer."""
+    has_keys = l_i > 0
+    l_safe = tl.where(has_keys, l_i, 1.0)
+    tl.store(part_lse_ptr + slot, tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf")), mask=row_ok)
+    return l_safe
+
+
+@triton.jit
+def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                   start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                   D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_LAYOUT: tl.constexpr,
+                   V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, K_OFFSET: tl.constexpr,
+                   BLOCK_N: tl.constexpr, FP16: tl.constexpr):
+    """Online softmax over packed history tokens [start, end) of one KV head; stores o and lse."""
+    q_fields, q_sum, q_off = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16, K_OFFSET)
+    P: tl.constexpr = 8 // V_BITS
+    NB: tl.constexpr = D // P
+    m_i = tl.full(row_ok.shape, float("-inf"), tl.float32)                          # [BLOCK_R]
+    l_i = tl.zeros(row_ok.shape, tl.float32)
+    pz_sum = tl.zeros(row_ok.shape, tl.float32)
+    acc = ()
+    for f in tl.static_range(P):
+        acc = acc + (tl.zeros((row_ok.shape[0], NB), tl.float32),)                 # [BLOCK_R, NB] per field
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        qk = _scores(q_fields, q_sum, q_off, kc_ptr, ks_ptr, kz_ptr, offs_n, mask_n, stride_kcn, stride_ksn,
+                     D, K_BITS, K_LAYOUT, K_GROUP, FP16, K_OFFSET)                   # [BLOCK_R, BLOCK_N]
+        p, alpha, m_i, l_i = _softmax_step(tl.where(mask_n[None, :], qk, float("-inf")), m_i, l_i)
+        acc, pz_sum = _accumulate_values(acc, p, alpha, pz_sum, vc_ptr, vs_ptr, vz_ptr, offs_n, mask_n,
+                                         stride_vcn, stride_vsn, D, V_BITS, V_LAYOUT, V_GROUP, FP16)
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
+    nb = tl.arange(0, NB)
+    for f in tl.static_range(P):
+        out = acc[f] * (1.0 / (1 << (f * V_BITS))) - pz_sum[:, None]
+        tl.store(part_o_ptr + slot[:, None] * D + f * NB + nb[None, :], out / l_safe[:, None],
+                 mask=row_ok[:, None])
+
+
+@triton.jit
+def _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr, fv_ptr, start, end, limit, stride_fn,
+              part_o_ptr, part_lse_ptr, slot, D: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr):
+    """Online softmax over fp-segment tokens [start, end); row r sees positions < limit[r]."""
+    d = tl.arange(0, D)
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
+    q = (q.to(tl.float32) * qk_scale).to(dtype)                                    # [BLOCK_R, D]
+    m_i = tl.full(row_ok.shape, float("-inf"), tl.float32)
+    l_i = tl.zeros(row_ok.shape, tl.float32)
+    acc = tl.zeros((row_ok.shape[0], D), tl.float32)
+    for n0 in range(start, end, BLOCK_F):
+        offs_n = n0 + tl.arange(0, BLOCK_F)
+        mask_n = offs_n < end
+        ptrs = offs_n[:, None] * stride_fn + d[None, :]                           # [BLOCK_F, D]
+        k = tl.load(fk_ptr + ptrs, mask=mask_n[:, None], other=0.0).to(tl.float32).to(dtype)
+        visible = mask_n[None, :] & (offs_n[None, :] < limit[:, None])
+        qk = tl.where(visible, tl.dot(q, tl.trans(k)), float("-inf"))
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i)
+        v = tl.load(fv_ptr + ptrs, mask=mask_n[:, None], other=0.0).to(tl.float32).to(dtype)
+        acc = tl.dot(p.to(dtype), v, acc * alpha[:, None])
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
+    tl.store(part_o_ptr + slot[:, None] * D + d[None, :], acc / l_safe[:, None], mask=row_ok[:, None])
+
+
+@triton.jit
+def _decode_stage1_kernel(
+    q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, fk_ptr, fv_ptr,
+    hist_len_ptr, fp_len_ptr, hist_start_ptr, fp_start_ptr, part_o_ptr, part_lse_ptr,
+    qk_scale, kv_heads, q_tokens, n_rows, n_hist_splits, n_fp_splits,
+    stride_qb, stride_qh, stride_qt,
+    stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
+    stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
+    stride_fb, stride_fh, stride_fn,
+    GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
+    K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
+    K_OFFSET: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
+):
+    split = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // kv_heads).to(tl.int64)
+    h = (bh % kv_heads).to(tl.int64)
+    rows = tl.arange(0, BLOCK_R)                                                   # query rows: head-major
+    row_ok = rows < n_rows
+    q_rows = b * stride_qb + (h * GROUP + rows // q_tokens) * stride_qh + (rows % q_tokens) * stride_qt
+    slot = (bh.to(tl.int64) * (n_hist_splits + n_fp_splits) + split) * n_rows + rows  # [BLOCK_R]
+    if split < n_hist_splits:
+        start, end = _split_bounds(tl.load(hist_start_ptr + b), tl.load(hist_len_ptr + b), split,
+                                   n_hist_splits, BLOCK_N)
+        _history_split(q_ptr, q_rows, row_ok, qk_scale,
+                       kc_ptr + b * stride_kcb + h * stride_kch, ks_ptr + b * stride_ksb + h * stride_ksh,
+                       kz_ptr + b * stride_ksb + h * stride_ksh, vc_ptr + b * stride_vcb + h * stride_vch,
+                       vs_ptr + b * stride_vsb + h * stride_vsh, vz_ptr + b * stride_vsb + h * stride_vsh,
+                       start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                       D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, K_OFFSET, BLOCK_N, FP16)
+    else:
+        fp_len = tl.load(fp_len_ptr + b)
+        start, end = _split_bounds(tl.load(fp_start_ptr + b), fp_len, split - n_hist_splits, n_fp_splits,
+                                   BLOCK_F)
+        limit = fp_len - q_tokens + 1 + rows % q_tokens                            # [BLOCK_R] causal
+        base = b * stride_fb + h * stride_fh
+        _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr + base, fv_ptr + base, start, end, limit, stride_fn,
+                  part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
+
+
+@triton.jit
+def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, n_splits, kv_heads, q_tokens, n_rows,
+                          stride_ob, stride_oh, stride_ot,
+                          GROUP: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Merge the splits of one query row: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)."""
+    bh = tl.program_id(0)
+    row = tl.program_id(1)
+    d = tl.arange(0, D)
+    m = tl.full((), float("-inf"), tl.float32)
+    den = tl.zeros((), tl.float32)
+    acc = tl.zeros((D,), tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        splits = s0 + tl.arange(0, BLOCK_S)
+        ok = splits < n_splits
+        slot = (bh.to(tl.int64) * n_splits + splits) * n_rows + row                # [BLOCK_S]
+        lse = tl.load(part_lse_ptr + slot, mask=ok, other=float("-inf"))
+        o = tl.load(part_o_ptr + slot[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)  # [BLOCK_S, D]
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe)
+        den = den * alpha + tl.sum(w, axis=0)
+        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+        m = m_new
+    out = acc / tl.where(den > 0, den, 1.0)
+    b = (bh // kv_heads).to(tl.int64)
+    head = (bh % kv_heads) * GROUP + row // q_tokens
+    tl.store(out_ptr + b * stride_ob + head * stride_oh + (row % q_tokens) * stride_ot + d,
+             out.to(out_ptr.dtype.element_ty))
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int) -> int:
+    """Splits per (sequence, KV head): enough programs for the target, at least min_tiles tiles each."""
+    if tokens == 0:
+        return 0
+    most = triton.cdiv(tokens, block * min_tiles)
+    return max(1, min(triton.cdiv(target_programs, units), most))
+
+
+def _layout(spec: QuantSpec, head_dim: int) -> int:
+    if spec.axis == "channel":
+        return CHANNEL
+    return TOKEN if spec.group == head_dim else TOKEN_GROUPED
+
+
+def _key_offset(spec: QuantSpec, head_dim: int, on_gpu: bool) -> float:
+    """1024.0 when the fp16 key fields keep their magic offset (removed through q_off per row; the
+    logits stay O(1), so the cancellation costs ~10 of fp32's 24 bits). Single-group layout only."""
+    return 1024.0 if on_gpu and _layout(spec, head_dim) == TOKEN else 0.0
+
+
+def _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero) -> None:
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}.")
+    rows = (q.shape[1] // fp_k.shape[1]) * q.shape[2]
+    if rows > MAX_ROWS:
+        raise ValueError(f"GQA group x T_q = {rows} query rows per KV head exceeds {MAX_ROWS}.")
+    for name, spec in (("k", k_spec), ("v", v_spec)):
+        if spec.container_bits not in (2, 4, 8):
+            raise ValueError(f"{name}_spec: unsupported bits {spec.bits}.")
+        if spec.axis == "token" and spec.group & (spec.group - 1):
+            raise ValueError(f"{name}_spec: token-axis group must be a power of two, got {spec.group}.")
+    if any(t.device != q.device for t in tensors):
+        raise ValueError("all decode inputs must be on the same device as q.")
+    if any(t.dim() and t.stride(-1) != 1 for t in tensors):
+        raise ValueError("every decode input must be contiguous in its last dim.")
+    if k_scale.stride() != k_zero.stride() or v_scale.stride() != v_zero.stride() or fp_k.stride() != fp_v.stride():
+        raise ValueError("scale/zero pairs and fp_k/fp_v must share strides.")
+
+
+def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+                     hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec: QuantSpec,
+                     v_spec: QuantSpec, num_splits: int | None = None,
+                     config: DecodeConfig | None = None) -> torch.Tensor:
+    """Triton version of `decode_attention_reference` (same arguments and result) -> [B, H_q, T_q, D].
+
+    num_splits: history splits per (sequence, KV head); default fills the GPU (`DecodeConfig`).
+    """
+    tensors = (q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+               hist_len, fp_len, hist_start, fp_start)
+    check_decode_inputs(*tensors, k_spec, v_spec)
+    _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero)
+    batch, q_heads, q_tokens, head_dim = q.shape
+    kv_heads, n_hist, n_fp = fp_k.shape[1], k_codes.shape[2], fp_k.shape[2]
+    group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
+    n_rows = group * q_tokens
+    cfg = config or default_config(head_dim, on_gpu)
+    target = cfg.programs_per_sm * _sm_count(q.device.index or 0) if on_gpu else 1
+    hist_splits = num_splits if num_splits is not None and n_hist else \
+        _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)
+    fp_splits = _num_splits(batch * kv_heads, n_fp, cfg.block_f, target, cfg.min_split_tiles)
+    n_splits = hist_splits + fp_splits
+    out = q.new_empty(batch, q_heads, q_tokens, head_dim)
+    if n_splits == 0 or out.numel() == 0:
+        return out.zero_()
+    part_o = q.new_empty(batch * kv_heads, n_splits, n_rows, head_dim, dtype=torch.float32)
+    part_lse = q.new_empty(batch * kv_heads, n_splits, n_rows, dtype=torch.float32)
+    _decode_stage1_kernel[(n_splits, batch * kv_heads)](
+        q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+        hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
+        sm_scale * LOG2E, kv_heads, q_tokens, n_rows, hist_splits, fp_splits,
+        *q.stride()[:3], *k_codes.stride()[:3], *k_scale.stride()[:3],
+        *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
+        GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
+        K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
+        K_GROUP=k_spec.group, V_GROUP=v_spec.group,
+        K_OFFSET=_key_offset(k_spec, head_dim, on_gpu),
+        BLOCK_R=max(16, triton.next_power_of_2(n_rows)), BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
+        FP16=on_gpu, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    _decode_stage2_kernel[(batch * kv_heads, n_rows)](
+        part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
+        GROUP=group, D=head_dim, BLOCK_S=16, num_warps=4,
+    )
+    return out

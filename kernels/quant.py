@@ -1,0 +1,299 @@
+"""Triton write path: rotate, clip, quantize and pack KV rows in one launch.
+
+`quantize_pack(x, spec, rotation)` returns the same (codes, scale, zero) as
+`kernels.reference.quantize_pack_reference` (i.e. `oscar.quantize.quantize(x @ R, spec)`), bit for
+bit: every division is IEEE (`div_rn`), FMA contraction is off, metadata is rounded to its storage
+dtype before the codes are computed, and the clip threshold is the exact order statistic.
+Two caveats: the fused rotation is a tiled `tl.dot` (on the GPU with R's 16-bit dtype, or tf32 for
+an fp32 R), so `x @ R` itself may differ from torch's in the last bits; and the Lloyd-Max mean and
+variance are sums whose order differs from torch's.
+
+Grid: token axis `(cdiv(T, BLOCK_T), A)` with BLOCK_T rows per program; channel axis (KIVI keys)
+`(T // G, A)` with the G rows of one token group per program. `A` is the product of the leading dims.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.dispatch import interpreter_forced
+from oscar.quantize import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
+                            RANGE_FLOOR, QuantSpec)
+
+HEAD_DIMS = (64, 128, 256)
+SCALE_KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+ASYMMETRIC, SYMMETRIC, LLOYD_MAX = 0, 1, 2
+MAX_CHANNEL_GROUP = 128
+MAX_TOP_BY_EXTRACTION = tl.constexpr(16)  # clip by repeated argmax up to this many values above tau
+
+_FLOOR = tl.constexpr(RANGE_FLOOR)
+_LM_THRESHOLD = tl.constexpr(LLOYD_MAX_THRESHOLD)
+_LM_VAR_FLOOR = tl.constexpr(LLOYD_MAX_VARIANCE_FLOOR)
+_FP16_MAX = tl.constexpr(float(torch.finfo(torch.float16).max))
+_FP16_TINY = tl.constexpr(float(torch.finfo(torch.float16).tiny))
+_BF16_MAX = tl.constexpr(float(torch.finfo(torch.bfloat16).max))
+_FP32_MAX = tl.constexpr(float(torch.finfo(torch.float32).max))
+_FP32_TINY = tl.constexpr(float(torch.finfo(torch.float32).tiny))  # = bf16 tiny
+
+
+@triton.jit
+def _round_bf16(x):
+    """fp32 -> nearest-even bf16 value, as fp32 (bit arithmetic: the interpreter's cast truncates)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _stored(x, SCALE_KIND: tl.constexpr):
+    """Clamp to the storage dtype's finite range and round to it (fp32 in, fp32 out)."""
+    if SCALE_KIND == 1:
+        return tl.clamp(x, -_FP16_MAX, _FP16_MAX).to(tl.float16).to(tl.float32)
+    elif SCALE_KIND == 2:
+        return _round_bf16(tl.clamp(x, -_BF16_MAX, _BF16_MAX))
+    else:
+        return tl.clamp(x, -_FP32_MAX, _FP32_MAX)
+
+
+@triton.jit
+def _stored_scale(x, SCALE_KIND: tl.constexpr):
+    """Stored scale, raised to the storage dtype's smallest normal."""
+    if SCALE_KIND == 1:
+        return tl.maximum(_stored(x, SCALE_KIND), _FP16_TINY)
+    else:
+        return tl.maximum(_stored(x, SCALE_KIND), _FP32_TINY)
+
+
+@triton.jit
+def _asymmetric(g, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.constexpr):
+    """Min-max asymmetric grid with a fractional zero point (METHOD_OSCAR §6.1)."""
+    low = tl.min(g, axis=AXIS, keep_dims=True)
+    high = tl.max(g, axis=AXIS, keep_dims=True)
+    scale = _stored_scale(tl.math.div_rn(tl.maximum(high - low, _FLOOR), MAX_CODE * 1.0), SCALE_KIND)
+    zero = _stored(tl.math.div_rn(-low, scale), SCALE_KIND)
+    codes = tl.floor(tl.math.div_rn(g, scale) + zero + 0.5)
+    return tl.clamp(codes, 0.0, MAX_CODE * 1.0), scale, zero
+
+
+@triton.jit
+def _symmetric(g, AXIS: tl.constexpr, BITS: tl.constexpr, SCALE_KIND: tl.constexpr):
+    """Signed grid stored as code = q + 2^(bits-1) with the constant zero 2^(bits-1)."""
+    half: tl.constexpr = 2 ** (BITS - 1)
+    peak = tl.maximum(tl.max(tl.abs(g), axis=AXIS, keep_dims=True), _FLOOR)
+    scale = _stored_scale(tl.math.div_rn(peak, (half - 1) * 1.0), SCALE_KIND)
+    signed = tl.clamp(tl.floor(tl.math.div_rn(g, scale) + 0.5), -half * 1.0, (half - 1) * 1.0)
+    return signed + half, scale, tl.zeros_like(scale) + half
+
+
+@triton.jit
+def _lloyd_max(g, lm_factor, AXIS: tl.constexpr, GROUP: tl.constexpr, SCALE_KIND: tl.constexpr):
+    """Gaussian Lloyd-Max thresholds with a stretched uniform grid (METHOD_OSCAR §6.6)."""
+    mean = tl.math.div_rn(tl.sum(g, axis=AXIS, keep_dims=True), GROUP * 1.0)
+    diff = g - mean
+    var = tl.math.div_rn(tl.sum(diff * diff, axis=AXIS, keep_dims=True), GROUP * 1.0) + _LM_VAR_FLOOR
+    std = tl.math.sqrt_rn(var)
+    z = tl.math.div_rn(diff, std)
+    codes = (z >= -_LM_THRESHOLD).to(tl.float32) + (z >= 0.0).to(tl.float32) + (z >= _LM_THRESHOLD).to(tl.float32)
+    scale = _stored_scale(lm_factor * std, SCALE_KIND)
+    zero = _stored(1.5 - tl.math.div_rn(mean, scale), SCALE_KIND)
+    return codes, scale, zero
+
+
+@triton.jit
+def _rotate(x_rows, r_ptr, row_ok, cols, D: tl.constexpr, ROT_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr,
+            ROT_FP32: tl.constexpr):
+    """x @ R for BLOCK_T rows, accumulated over ROT_BLOCK-wide slices of the input dim."""
+    acc = tl.zeros((BLOCK_T, D), tl.float32)                                    # [BLOCK_T, D]
+    for k0 in tl.static_range(0, D, ROT_BLOCK):
+        ks = k0 + tl.arange(0, ROT_BLOCK)
+        xk = tl.load(x_rows + ks[None, :], mask=row_ok[:, None], other=0.0)     # [BLOCK_T, RB]
+        rk = tl.load(r_ptr + ks[:, None] * D + cols[None, :])                   # [RB, D]
+        if ROT_FP32:
+            acc = tl.dot(xk.to(tl.float32), rk.to(tl.float32), acc)
+        else:
+            acc = tl.dot(xk.to(rk.dtype), rk, acc)
+    return acc
+
+
+@triton.jit
+def _clip_rows(x, CLIP_INDEX: tl.constexpr):
+    """Clamp each row to [-tau, tau], tau = sort_ascending(|x|)[clip_index], exactly.
+
+    tau is the TOP-th largest |x| (TOP = D - CLIP_INDEX). For small TOP (the OSCAR ratios keep
+    5-11 values above tau) it is found by removing the TOP-1 largest entries one at a time;
+    otherwise by a radix select: for non-negative floats the int32 bit pattern is monotone, so tau's
+    pattern is the largest v with #{|x| < v} <= CLIP_INDEX, built greedily from the high bit.
+    """
+    TOP: tl.constexpr = x.shape[1] - CLIP_INDEX
+    mag = tl.abs(x)                                                               # [BLOCK_T, D]
+    if TOP <= MAX_TOP_BY_EXTRACTION:
+        cols = tl.arange(0, x.shape[1])
+        for _ in tl.static_range(TOP - 1):
+            top = tl.argmax(mag, axis=1, tie_break_left=True)                     # [BLOCK_T]
+            mag = tl.where(cols[None, :] == top[:, None], -1.0, mag)
+        tau = tl.max(mag, axis=1)[:, None]                                        # [BLOCK_T, 1]
+    else:
+        bits = mag.to(tl.int32, bitcast=True)
+        tau_bits = tl.zeros((x.shape[0],), tl.int32)
+        for bit in tl.static_range(30, -1, -1):
+            trial = tau_bits | (1 << bit)
+            below = tl.sum((bits < trial[:, None]).to(tl.int32), axis=1)
+            tau_bits = tl.where(below <= CLIP_INDEX, trial, tau_bits)
+        tau = tau_bits.to(tl.float32, bitcast=True)[:, None]
+    return tl.minimum(tl.maximum(x, -tau), tau)
+
+
+@triton.jit
+def _pack(codes, BLOCK_T: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr):
+    """codes [BLOCK_T, D] -> bytes [BLOCK_T, D/p]; byte j holds coordinates j + m*(D/p) at bit m*BITS."""
+    P: tl.constexpr = 8 // BITS
+    quarters = tl.reshape(codes.to(tl.int32), (BLOCK_T, P, D // P))             # [BLOCK_T, P, NB]
+    shifts = tl.arange(0, P) * BITS
+    return tl.sum(quarters << shifts[None, :, None], axis=1).to(tl.uint8)      # [BLOCK_T, NB]
+
+
+@triton.jit
+def _quantize_pack_kernel(
+    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr,
+    n_tokens, lm_factor,
+    stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
+    D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
+    CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
+    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    pid_a = tl.program_id(1).to(tl.int64)
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)                               # [BLOCK_T]
+    row_ok = rows < n_tokens
+    cols = tl.arange(0, D)
+    x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt               # [BLOCK_T, 1]
+    if ROTATE:
+        x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
+    else:
+        x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    if CLIP:
+        x = _clip_rows(x, CLIP_INDEX)
+
+    if CHANNEL:
+        g = x                                                                    # [G, D]: one token group
+        AXIS: tl.constexpr = 0
+    else:
+        g = tl.reshape(x, (BLOCK_T, D // GROUP, GROUP))                          # [BLOCK_T, NG, G]
+        AXIS: tl.constexpr = 2
+    if VARIANT == 2:  # LLOYD_MAX, SYMMETRIC, else ASYMMETRIC
+        codes, scale, zero = _lloyd_max(g, lm_factor, AXIS, GROUP, SCALE_KIND)
+    elif VARIANT == 1:
+        codes, scale, zero = _symmetric(g, AXIS, BITS, SCALE_KIND)
+    else:
+        codes, scale, zero = _asymmetric(g, AXIS, MAX_CODE, SCALE_KIND)
+
+    packed = _pack(tl.reshape(codes, (BLOCK_T, D)), BLOCK_T, D, BITS)           # [BLOCK_T, NB]
+    nb = tl.arange(0, D * BITS // 8)
+    tl.store(codes_ptr + pid_a * stride_ca + rows[:, None] * stride_ct + nb[None, :], packed,
+             mask=row_ok[:, None])
+    if CHANNEL:
+        meta = pid_a * stride_sa + pid_t * stride_st + cols                       # [D]
+        tl.store(scale_ptr + meta, tl.reshape(scale, (D,)))
+        tl.store(zero_ptr + meta, tl.reshape(zero, (D,)))
+    else:
+        groups = tl.arange(0, D // GROUP)
+        meta = pid_a * stride_sa + rows[:, None] * stride_st + groups[None, :]   # [BLOCK_T, NG]
+        tl.store(scale_ptr + meta, tl.reshape(scale, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
+        tl.store(zero_ptr + meta, tl.reshape(zero, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _check_inputs(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None) -> None:
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"x must be fp32, fp16 or bf16, got {x.dtype}.")
+    if x.dim() < 2:
+        raise ValueError(f"x must be [..., T, D], got shape {tuple(x.shape)}.")
+    head_dim, tokens = x.shape[-1], x.shape[-2]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}.")
+    if spec.container_bits not in (2, 4, 8):
+        raise ValueError(f"unsupported bits {spec.bits}.")
+    if spec.axis == "token" and not (_is_pow2(spec.group) and 16 <= spec.group <= head_dim):
+        raise ValueError(f"token-axis group must be a power of two in [16, {head_dim}], got {spec.group}.")
+    if spec.axis == "channel" and not (_is_pow2(spec.group) and 16 <= spec.group <= MAX_CHANNEL_GROUP):
+        raise ValueError(f"channel-axis group must be a power of two in [16, {MAX_CHANNEL_GROUP}], got {spec.group}.")
+    if spec.axis == "channel" and tokens % spec.group != 0:
+        raise ValueError(f"channel-axis group {spec.group} does not divide the {tokens} tokens.")
+    if rotation is not None and (tuple(rotation.shape) != (head_dim, head_dim) or rotation.dtype not in
+                                 (torch.float32, torch.float16, torch.bfloat16) or rotation.device != x.device):
+        raise ValueError(f"rotation must be a float [{head_dim}, {head_dim}] tensor on {x.device}, got "
+                         f"{rotation.dtype} {tuple(rotation.shape)} on {rotation.device}.")
+
+
+def _output_shapes(x: torch.Tensor, spec: QuantSpec):
+    *lead, tokens, head_dim = x.shape
+    meta = [tokens, head_dim // spec.group] if spec.axis == "token" else [tokens // spec.group, head_dim]
+    return [*lead, tokens, head_dim * spec.container_bits // 8], [*lead, *meta]
+
+
+def _as_3d(t: torch.Tensor, name: str) -> torch.Tensor:
+    """View [..., R, C] as [A, R, C] without copying (out tensors are written in place)."""
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dim, got strides {t.stride()}.")
+    try:
+        return t.view(-1, t.shape[-2], t.shape[-1])
+    except RuntimeError as err:
+        raise ValueError(f"{name} leading dims must be mergeable into one (a view), got strides {t.stride()}.") from err
+
+
+def _allocate_or_check(x, spec, out):
+    codes_shape, meta_shape = _output_shapes(x, spec)
+    dtype = spec.torch_scale_dtype
+    if out is None:
+        return (x.new_empty(codes_shape, dtype=torch.uint8), x.new_empty(meta_shape, dtype=dtype),
+                x.new_empty(meta_shape, dtype=dtype))
+    for name, t, shape, want in zip(("codes", "scale", "zero"), out, (codes_shape, meta_shape, meta_shape),
+                                    (torch.uint8, dtype, dtype)):
+        if list(t.shape) != shape or t.dtype != want or t.device != x.device:
+            raise ValueError(f"out {name} must be {want} {shape} on {x.device}, got {t.dtype} {list(t.shape)}.")
+    return out
+
+
+def _variant(spec: QuantSpec) -> int:
+    return LLOYD_MAX if spec.lloyd_max else SYMMETRIC if spec.symmetric else ASYMMETRIC
+
+
+def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None):
+    """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
+
+    codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
+    `out=(codes, scale, zero)` writes into preallocated (possibly strided) views, e.g. cache slices.
+    """
+    _check_inputs(x, spec, rotation)
+    codes, scale, zero = _allocate_or_check(x, spec, out)
+    if scale.stride() != zero.stride():
+        raise ValueError(f"scale and zero must share strides, got {scale.stride()} and {zero.stride()}.")
+    tokens, head_dim = x.shape[-2], x.shape[-1]
+    x3 = x.reshape(-1, tokens, head_dim)                                      # [A, T, D]
+    if x3.stride(-1) != 1:
+        x3 = x3.contiguous()
+    c3, s3, z3 = _as_3d(codes, "codes"), _as_3d(scale, "scale"), _as_3d(zero, "zero")
+    if x3.shape[0] == 0 or tokens == 0:
+        return codes, scale, zero
+    channel = spec.axis == "channel"
+    block_t = spec.group if channel else max(16, 2048 // head_dim)
+    interpret = interpreter_forced() or not x.is_cuda
+    rot = rotation.contiguous() if rotation is not None else x3
+    clip_index = min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1) if spec.clip_ratio is not None else 0
+    lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
+    grid = (triton.cdiv(tokens, block_t), x3.shape[0])
+    _quantize_pack_kernel[grid](
+        x3, rot, c3, s3, z3, tokens, lm_factor,
+        x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
+        D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
+        CHANNEL=channel, VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None, CLIP_INDEX=clip_index,
+        ROTATE=rotation is not None, ROT_FP32=interpret or rot.dtype == torch.float32, ROT_BLOCK=32,
+        SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t,
+        num_warps=4, enable_fp_fusion=False,
+    )
+    return codes, scale, zero

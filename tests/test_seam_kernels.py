@@ -1,0 +1,51 @@
+"""The seam with the Triton kernels (interpreter on CPU) generates exactly what the reference path does."""
+import pytest
+import torch
+
+from oscar.quantizer import build_quantizer
+from oscar.seam import install
+
+PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 3, "Here we go. There and back again."]
+
+
+def greedy(model, tok, quantizer, kernels, steps=12):
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tok.pad_token_id, past_key_values=cache)
+    return out, cache
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("naive_int2", {}),
+    ("kivi2", {"recent": 32, "page": 32}),
+    ("oscar", {"sink": 8, "recent": 32}),
+])
+def test_kernel_path_matches_reference_path(tiny, tmp_path, monkeypatch, name, overrides):
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    quantizer = build_quantizer(name, **overrides)
+    quantizer.check(model.config)
+    quantizer.prepare(model, tok)
+    ref, ref_cache = greedy(model, tok, quantizer, "reference")
+    ker, ker_cache = greedy(model, tok, quantizer, "triton")
+    layer = ker_cache.layers[0]
+    assert layer.use_kernels and layer.history_length > 0 and layer.history_k._mirror is None
+    assert torch.equal(ref.sequences, ker.sequences)
+    assert torch.equal(ref_cache.layers[0].history_k.view("codes"), layer.history_k.view("codes"))
+    for a, b in zip(ref.logits, ker.logits):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
+def test_kernels_auto_means_reference_on_cpu(tiny):
+    model, _ = tiny("llama")
+    with install(model, build_quantizer("naive_int2"), kernels="auto") as seam:
+        assert seam.use_kernels is False
+
+
+def test_unknown_kernel_mode_is_refused(tiny):
+    model, _ = tiny("llama")
+    with pytest.raises(ValueError, match="kernel mode"):
+        with install(model, build_quantizer("bf16"), kernels="fast"):
+            pass
