@@ -1,0 +1,270 @@
+"""Benchmark the Triton KV kernels on a GPU: decode attention (INT2/INT4 vs BF16 SDPA) and the write path.
+
+Run on the GPU box from the repo root (needs only torch, triton, kernels/ and oscar/quantize.py):
+
+    python scripts/bench_kernels.py            # full table: Qwen3-8B shapes, batch 1/8/32, ctx 8k/32k/128k
+    python scripts/bench_kernels.py --quick    # tiny smoke run
+    python scripts/bench_kernels.py --sweep    # also time a grid of decode tile configs
+
+Decode shapes: 32 query heads, 8 KV heads, head_dim 128, one query token, a BF16 segment of
+64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero, one group per
+token row). Each kernel's TB/s counts the bytes it must read (codes + metadata + fp segment + q)
+and write (out); "of copy" divides by the device-to-device copy bandwidth measured in the same run
+(bytes read + written). Timings are `triton.testing.do_bench` medians of CUDA-graph replays that
+run the call over enough independent input sets to exceed L2 (no launch overhead, no cache reuse);
+the eager host cost per call is reported separately (launch_us in the JSON). Before timing, the kernels are checked against `kernels.reference` on small random inputs.
+The Markdown table is printed last; with $OUT set, all numbers also go to $OUT/bench_kernels.json.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
+from kernels.quant import quantize_pack  # noqa: E402
+from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
+from oscar.quantize import QuantSpec  # noqa: E402
+
+Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+SINK, RECENT = 64, 256
+FULL_SHAPES = [(1, 8192), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (8, 131072),
+               (32, 8192), (32, 32768), (32, 102400)]
+QUICK_SHAPES = [(1, 4096), (8, 8192)]
+SWEEP_SHAPES = [(1, 131072), (8, 32768), (32, 102400)]
+ROTATE_BYTES = 256 << 20   # inputs per timed graph: ~5x the H100's 50 MB L2
+
+
+def bench_ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def graph_ms(make_call, bytes_per_call: int) -> float:
+    """Median ms per call, timed as CUDA-graph replays over enough independent input sets to exceed L2.
+
+    make_call(i) builds the i-th input set and returns a zero-argument call on it. The graph removes
+    the Python launch overhead, the input rotation keeps each call reading from HBM.
+    """
+    copies = max(1, -(-ROTATE_BYTES // bytes_per_call))
+    calls = [make_call(i) for i in range(copies)]
+    for call in calls:  # compile and warm up outside the capture
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    ms = bench_ms(graph.replay) / copies
+    del graph, calls
+    torch.cuda.empty_cache()
+    return ms
+
+
+def launch_us(call, n: int = 50) -> float:
+    """Host time per eager call (Python + launch), with the GPU kept busy."""
+    call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / n * 1e6
+
+
+def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in TB/s, counting bytes read plus bytes written."""
+    src = torch.randint(0, 255, (n_bytes,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    return 2 * n_bytes / ms / 1e9
+
+
+def decode_inputs(batch: int, ctx: int, bits: int):
+    """Random packed cache + fp segment + q for one (batch, ctx, bits) point -> (args, spec, bytes)."""
+    spec = QuantSpec(bits=bits, group=HEAD_DIM)
+    n_hist = ctx - SINK - RECENT
+    shape = (batch, KV_HEADS, n_hist)
+    q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, KV_HEADS, SINK + RECENT, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(2))
+    codes = [torch.randint(0, 256, (*shape, HEAD_DIM * bits // 8), dtype=torch.uint8, device="cuda") for _ in range(2)]
+    scale = [(torch.rand(*shape, 1, device="cuda") * 0.2 + 0.05).half() for _ in range(2)]
+    zero = [(torch.rand(*shape, 1, device="cuda") * (2 ** bits - 1)).half() for _ in range(2)]
+    hist_len = torch.full((batch,), n_hist, dtype=torch.int32, device="cuda")
+    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
+    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    args = (q, codes[0], scale[0], zero[0], codes[1], scale[1], zero[1], fp_k, fp_v, hist_len, fp_len, starts, starts)
+    nbytes = sum(t.numel() * t.element_size() for t in args[1:9]) + 2 * q.numel() * q.element_size()
+    return args, spec, nbytes
+
+
+def bench_decode_point(batch: int, ctx: int, copy_tbs: float, sweep: list[DecodeConfig]) -> dict:
+    """Time BF16 SDPA, INT2 and INT4 decode at one (batch, ctx)."""
+    row = {"batch": batch, "ctx": ctx}
+    kv_bytes = 2 * batch * KV_HEADS * ctx * HEAD_DIM * 2 + 2 * batch * Q_HEADS * HEAD_DIM * 2
+
+    def sdpa_call(_):
+        q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    row["bf16_ms"] = graph_ms(sdpa_call, kv_bytes)
+    row["bf16_tbs"] = kv_bytes / row["bf16_ms"] / 1e9
+    for bits in (2, 4):
+        nbytes = _decode_bytes(batch, ctx, bits)
+
+        def call(_, bits=bits, cfg=None):
+            args, spec, _ = decode_inputs(batch, ctx, bits)
+            return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+
+        ms = graph_ms(call, nbytes)
+        tbs = nbytes / ms / 1e9
+        row.update({f"int{bits}_ms": ms, f"int{bits}_tbs": tbs, f"int{bits}_of_copy": tbs / copy_tbs,
+                    f"int{bits}_speedup": row["bf16_ms"] / ms, f"int{bits}_launch_us": launch_us(call(0))})
+        if bits == 2 and sweep:
+            row["sweep"] = [dict(dataclasses.asdict(cfg), ms=graph_ms(lambda i, cfg=cfg: call(i, cfg=cfg), nbytes))
+                            for cfg in sweep]
+    return row
+
+
+def _decode_bytes(batch: int, ctx: int, bits: int) -> int:
+    """Bytes one INT decode call must move: codes + fp16 scale/zero + BF16 fp segment + q + out."""
+    n_hist, n_fp = ctx - SINK - RECENT, SINK + RECENT
+    per_head = n_hist * (HEAD_DIM * bits // 8 + 4) * 2 + n_fp * HEAD_DIM * 2 * 2
+    return batch * KV_HEADS * per_head + 2 * batch * Q_HEADS * HEAD_DIM * 2
+
+
+def bench_write(tokens: int, batch: int, copy_tbs: float) -> list[dict]:
+    """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation."""
+    rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
+    rows = []
+    for label, spec, rot in (("int2", QuantSpec(bits=2, group=128), None),
+                             ("int2 clip", QuantSpec(bits=2, group=128, clip_ratio=0.96), None),
+                             ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
+                             ("int4 g32", QuantSpec(bits=4, group=32), None)):
+        def call(_, spec=spec, rot=rot):
+            x = torch.randn(batch, KV_HEADS, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+            out = quantize_pack(x, spec, rot)
+            return lambda: quantize_pack(x, spec, rot, out=out)
+
+        x_bytes = batch * KV_HEADS * tokens * HEAD_DIM * 2
+        nbytes = x_bytes + x_bytes * spec.container_bits // 16 + batch * KV_HEADS * tokens * 4 * (HEAD_DIM // spec.group)
+        ms = graph_ms(call, nbytes)
+        tbs = nbytes / ms / 1e9
+        rows.append({"what": label, "shape": [batch, KV_HEADS, tokens, HEAD_DIM], "ms": ms, "tbs": tbs,
+                     "of_copy": tbs / copy_tbs})
+    return rows
+
+
+def _random_cache(batch, kv_heads, n_hist, head_dim, spec, gen):
+    x = torch.randn(batch, kv_heads, n_hist, head_dim, device="cuda", generator=gen)
+    return quantize_pack_reference(x, spec)
+
+
+def check_correctness() -> list[str]:
+    """Small GPU checks against the references; returns failure messages (empty when all pass)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    failures = []
+    for spec, head_dim in ((QuantSpec(bits=2, group=128, clip_ratio=0.96), 128),
+                           (QuantSpec(bits=4, group=32), 64),
+                           (QuantSpec(bits=2, group=64, symmetric=True), 256),
+                           (QuantSpec(bits=2, group=32, axis="channel"), 128)):
+        x = torch.randn(3, 4, 96, head_dim, device="cuda", generator=gen, dtype=torch.bfloat16)
+        got, ref = quantize_pack(x, spec), quantize_pack_reference(x, spec)
+        if not all(torch.equal(a, b) for a, b in zip(got, ref)):
+            failures.append(f"quantize_pack {spec} D={head_dim}: not bit-exact")
+    cases = [(4, 1, 1, 128, 2000, QuantSpec(bits=2, group=128), QuantSpec(bits=2, group=128)),
+             (3, 3, 4, 64, 777, QuantSpec(bits=4, group=64), QuantSpec(bits=4, group=32)),
+             (8, 2, 1, 256, 512, QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=256)),
+             (1, 2, 16, 128, 129, QuantSpec(bits=4, group=128), QuantSpec(bits=2, group=128))]
+    for group, batch, q_tokens, head_dim, n_hist, k_spec, v_spec in cases:
+        kv_heads = 2
+        q = torch.randn(batch, kv_heads * group, q_tokens, head_dim, device="cuda", generator=gen).bfloat16()
+        kc, ks, kz = _random_cache(batch, kv_heads, n_hist, head_dim, k_spec, gen)
+        vc, vs, vz = _random_cache(batch, kv_heads, n_hist, head_dim, v_spec, gen)
+        fp_k, fp_v = (torch.randn(batch, kv_heads, 40, head_dim, device="cuda", generator=gen).bfloat16()
+                      for _ in range(2))
+        lens = [torch.tensor(v, dtype=torch.int32, device="cuda")[:batch]
+                for v in ([n_hist, n_hist - 5, n_hist - 1], [40, 38, 37], [0, 3, 1], [0, 2, 1])]
+        args = (q, kc, ks, kz, vc, vs, vz, fp_k, fp_v, *lens)
+        kw = dict(sm_scale=head_dim ** -0.5, k_spec=k_spec, v_spec=v_spec)
+        out = decode_attention(*args, **kw).float()
+        ref = decode_attention_reference(*args, **kw).float()
+        err = ((out - ref).norm() / ref.norm()).item()
+        if not err < 1e-2:
+            failures.append(f"decode group={group} T_q={q_tokens} D={head_dim} {k_spec.axis}: rel err {err:.2e}")
+    return failures
+
+
+def sweep_configs() -> list[DecodeConfig]:
+    grid = [(bn, w, st, 8) for bn in (64, 128, 256) for w in (4, 8) for st in (2, 3) if not (bn == 256 and w == 4)]
+    grid += [(128, 4, 3, 4), (128, 4, 3, 16), (64, 4, 2, 16)]
+    return [DecodeConfig(block_n=bn, block_f=64, num_warps=w, num_stages=st, programs_per_sm=pps)
+            for bn, w, st, pps in grid]
+
+
+def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: list[dict]) -> str:
+    lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
+             f"(read + write); decode tiles {default_config(HEAD_DIM, True)}.", "",
+             "| batch | ctx | BF16 SDPA ms | INT2 ms | INT2 TB/s | INT2 of copy | INT2 speedup | "
+             "INT4 ms | INT4 TB/s | INT4 of copy | INT4 speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in decode_rows:
+        lines.append(f"| {r['batch']} | {r['ctx']} | {r['bf16_ms']:.3f} | {r['int2_ms']:.3f} | {r['int2_tbs']:.2f} | "
+                     f"{r['int2_of_copy']:.0%} | {r['int2_speedup']:.2f}x | {r['int4_ms']:.3f} | {r['int4_tbs']:.2f} | "
+                     f"{r['int4_of_copy']:.0%} | {r['int4_speedup']:.2f}x |")
+    lines += ["", "| write path | x shape | ms | TB/s | of copy |", "|---|---|---|---|---|"]
+    for r in write_rows:
+        lines.append(f"| {r['what']} | {r['shape']} | {r['ms']:.4f} | {r['tbs']:.2f} | {r['of_copy']:.0%} |")
+    return "\n".join(lines)
+
+
+def print_sweep(decode_rows: list[dict]) -> None:
+    for r in decode_rows:
+        for s in sorted(r.get("sweep", []), key=lambda s: s["ms"])[:6]:
+            print(f"sweep B={r['batch']} ctx={r['ctx']}: {s}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
+    parser.add_argument("--sweep", action="store_true", help="also time a grid of decode tile configs")
+    parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_kernels.py needs a CUDA GPU.")
+    device = torch.cuda.get_device_name()
+    failures = [] if args.skip_check else check_correctness()
+    print("correctness:", "all passed" if not failures else failures, flush=True)
+    copy_tbs = copy_bandwidth(256 << 20 if args.quick else 2 << 30)
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    sweep = sweep_configs() if args.sweep else []
+    decode_rows = []
+    for batch, ctx in shapes:
+        do_sweep = sweep if (batch, ctx) in SWEEP_SHAPES or args.quick else []
+        decode_rows.append(bench_decode_point(batch, ctx, copy_tbs, do_sweep))
+        print({k: v for k, v in decode_rows[-1].items() if k != "sweep"}, flush=True)
+    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs)[:2])
+    print_sweep(decode_rows)
+    table = markdown(device, copy_tbs, decode_rows, write_rows)
+    if os.environ.get("OUT"):
+        payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,
+                   "failures": failures, "decode": decode_rows, "write": write_rows}
+        Path(os.environ["OUT"], "bench_kernels.json").write_text(json.dumps(payload, indent=1))
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

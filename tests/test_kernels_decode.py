@@ -1,0 +1,116 @@
+"""Triton decode attention (`kernels.decode`) against the torch reference, plus kernel dispatch.
+
+Runs under TRITON_INTERPRET=1 on CPU (set below when CUDA is unavailable), where the kernel computes in
+fp32, so outputs must match the fp32 reference to 1e-4. Lengths, GQA ratios, head dims, bit widths,
+layouts, left padding and multi-token causal chunks are spread over a few cases (the interpreter is slow).
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from kernels.decode import decode_attention  # noqa: E402
+from kernels.dispatch import use_triton  # noqa: E402
+from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
+from oscar.quantize import QuantSpec  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU
+
+
+def make_inputs(batch, q_heads, kv_heads, q_tokens, head_dim, n_hist, n_fp, k_spec, v_spec, *, seed=0,
+                left_pad=True, fp_dtype=torch.float32):
+    """Random q, packed history (via the reference quantizer), fp segment and per-sequence lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, q_heads, q_tokens, head_dim, generator=gen)
+    k_packed = quantize_pack_reference(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen), k_spec)
+    v_packed = quantize_pack_reference(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen), v_spec)
+    fp_k, fp_v = (torch.randn(batch, kv_heads, n_fp, head_dim, generator=gen).to(fp_dtype) for _ in range(2))
+    hist_len = torch.randint(max(n_hist - 5, 0), n_hist + 1, (batch,), generator=gen, dtype=torch.int32)
+    fp_len = torch.randint(max(n_fp - 3, q_tokens), n_fp + 1, (batch,), generator=gen, dtype=torch.int32)
+    hist_start = torch.zeros(batch, dtype=torch.int32)
+    fp_start = torch.zeros(batch, dtype=torch.int32)
+    if left_pad:
+        hist_start = torch.minimum(torch.randint(0, 6, (batch,), generator=gen, dtype=torch.int32), hist_len)
+        fp_start = torch.minimum(torch.randint(0, 3, (batch,), generator=gen, dtype=torch.int32), fp_len - q_tokens)
+    tensors = (q, *k_packed, *v_packed, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start)
+    return tuple(t.to(DEVICE) for t in tensors), dict(sm_scale=head_dim ** -0.5, k_spec=k_spec, v_spec=v_spec)
+
+
+INT2 = {d: QuantSpec(bits=2, group=d) for d in (64, 128, 256)}
+INT4 = {d: QuantSpec(bits=4, group=d) for d in (64, 128, 256)}
+CASES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
+    "int2-g4-d128-n1000-splits3": (2, 8, 2, 1, 128, 1000, 37, INT2[128], INT2[128], 3),
+    "int4-g3-d64-n129-tq4-grouped-v": (3, 3, 1, 4, 64, 129, 20, INT4[64], QuantSpec(bits=4, group=32), None),
+    "int2-g8-d256-n128-tq2-kivi-k": (1, 8, 1, 2, 256, 128, 17, QuantSpec(bits=2, group=32, axis="channel"),
+                                     QuantSpec(bits=2, group=64), 2),
+    "mixed-g1-d64-n1": (2, 2, 2, 1, 64, 1, 5, INT2[64], INT4[64], None),
+    "int4k-int2v-g4-d128-n15-tq16": (2, 4, 1, 16, 128, 15, 40, INT4[128], INT2[128], None),
+    "int2-g4-d128-n127-symmetric": (1, 4, 1, 1, 128, 127, 9, QuantSpec(bits=2, group=128, symmetric=True),
+                                    QuantSpec(bits=2, group=128, scale_dtype="float32"), None),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_matches_reference(name):
+    *shape, num_splits = CASES[name]
+    args, kw = make_inputs(*shape)
+    out = decode_attention(*args, **kw, num_splits=num_splits)
+    ref = decode_attention_reference(*args, **kw)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert (out - ref).abs().max().item() < TOL
+
+
+def test_bf16_fp_segment_without_left_padding():
+    args, kw = make_inputs(2, 4, 2, 1, 128, 64, 12, INT2[128], INT2[128], left_pad=False, fp_dtype=torch.bfloat16)
+    assert (decode_attention(*args, **kw) - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_empty_history_is_plain_causal_attention():
+    args, kw = make_inputs(1, 4, 2, 3, 64, 0, 11, INT2[64], INT2[64])
+    assert (decode_attention(*args, **kw) - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_split_count_does_not_change_the_result():
+    args, kw = make_inputs(1, 2, 1, 1, 64, 300, 6, INT4[64], INT4[64], seed=1)
+    one, many = decode_attention(*args, **kw, num_splits=1), decode_attention(*args, **kw, num_splits=5)
+    assert (one - many).abs().max().item() < TOL
+
+
+def _replace(args, index, value):
+    return args[:index] + (value,) + args[index + 1:]
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda a: _replace(a, 0, a[0][:, :3]), "multiple of H_kv"),
+    (lambda a: _replace(a, 1, a[1][..., :8]), "k_codes must be"),
+    (lambda a: _replace(a, 9, a[9].long()), "hist_len must be int32"),
+    (lambda a: _replace(a, 0, a[0].expand(-1, -1, 40, -1)), "query rows"),
+])
+def test_bad_inputs_raise_before_launch(mutate, match):
+    args, kw = make_inputs(1, 8, 2, 1, 128, 16, 4, INT2[128], INT2[128])
+    with pytest.raises(ValueError, match=match):
+        decode_attention(*mutate(args), **kw)
+
+
+def test_unsupported_head_dim_raises():
+    spec = QuantSpec(bits=2, group=96)
+    args, kw = make_inputs(1, 2, 1, 1, 96, 8, 4, spec, spec)
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        decode_attention(*args, **kw)
+
+
+def test_dispatch_modes(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert use_triton("cuda") and use_triton("cuda", "triton")
+    assert not use_triton("cpu") and not use_triton("cuda", "reference")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        use_triton("cpu", "triton")
+    with pytest.raises(ValueError, match="must be one of"):
+        use_triton("cpu", "fast")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert use_triton("cpu") and use_triton("cpu", "triton")

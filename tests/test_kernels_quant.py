@@ -1,0 +1,119 @@
+"""Triton write path (`kernels.quant.quantize_pack`) against the torch reference, bit for bit.
+
+Runs under TRITON_INTERPRET=1 on CPU (set below when CUDA is unavailable); shapes are tiny.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from kernels.quant import quantize_pack  # noqa: E402
+from kernels.reference import quantize_pack_reference  # noqa: E402
+from oscar.quantize import QuantSpec  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+CASES = [  # (spec, head_dim, tokens)
+    (QuantSpec(bits=2, group=128, clip_ratio=0.96), 128, 15),
+    (QuantSpec(bits=4, group=32), 128, 129),
+    (QuantSpec(bits=2, group=64, symmetric=True, scale_dtype="bfloat16"), 64, 1),
+    (QuantSpec(bits=3, group=64, clip_ratio=0.5, scale_dtype="float32"), 64, 33),  # radix-select clip
+    (QuantSpec(bits=2, group=32, axis="channel"), 128, 64),
+    (QuantSpec(bits=4, group=16, axis="channel", scale_dtype="float32"), 64, 32),
+    (QuantSpec(bits=2, group=32, scale_dtype="bfloat16"), 256, 7),
+]
+
+
+def _ids(case):
+    spec, head_dim, tokens = case
+    return f"int{spec.bits}-{spec.axis}-g{spec.group}-d{head_dim}-t{tokens}-{spec.scale_dtype}"
+
+
+def _assert_identical(got, ref):
+    for name, a, b in zip(("codes", "scale", "zero"), got, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert torch.equal(a.cpu(), b.cpu()), f"{name} differs in {(a.cpu() != b.cpu()).sum()} places"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_bit_identical_to_reference(case):
+    spec, head_dim, tokens = case
+    x = torch.randn(2, 3, tokens, head_dim, generator=torch.Generator().manual_seed(tokens)) * 2
+    _assert_identical(quantize_pack(x.to(DEVICE), spec), quantize_pack_reference(x, spec))
+
+
+def test_lloyd_max_codes_identical_metadata_to_rounding():
+    """Lloyd-Max mean/variance sum in a different order than torch: codes exact, metadata to 1 ulp."""
+    spec = QuantSpec(bits=2, group=256, lloyd_max=True, clip_ratio=0.96, scale_dtype="float32")
+    x = torch.randn(1, 2, 127, 256, generator=torch.Generator().manual_seed(1))
+    codes, scale, zero = quantize_pack(x.to(DEVICE), spec)
+    ref_codes, ref_scale, ref_zero = quantize_pack_reference(x, spec)
+    assert torch.equal(codes.cpu(), ref_codes)
+    torch.testing.assert_close(scale.cpu(), ref_scale, rtol=1e-6, atol=0)
+    torch.testing.assert_close(zero.cpu(), ref_zero, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_rotation_exact_on_exact_arithmetic():
+    """With a +-1 Hadamard and dyadic inputs every product and sum is exact, so codes must match."""
+    hadamard = torch.ones(1, 1)
+    while hadamard.shape[0] < 128:
+        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    x = torch.randint(-8, 8, (2, 2, 17, 128), generator=torch.Generator().manual_seed(2)).float() / 4
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    _assert_identical(quantize_pack(x.to(DEVICE), spec, hadamard.to(DEVICE)), quantize_pack_reference(x, spec, hadamard))
+
+
+def test_fused_rotation_matches_random_orthogonal():
+    """A random orthogonal R: x @ R differs from torch only in the last bits, so codes agree almost everywhere."""
+    gen = torch.Generator().manual_seed(3)
+    rotation = torch.linalg.qr(torch.randn(64, 64, generator=gen))[0]
+    x = torch.randn(3, 40, 64, generator=gen)
+    spec = QuantSpec(bits=4, group=64)
+    codes, scale, zero = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE))
+    ref_codes, ref_scale, ref_zero = quantize_pack_reference(x, spec, rotation)
+    assert (codes.cpu() == ref_codes).float().mean() > 0.99
+    torch.testing.assert_close(scale.cpu(), ref_scale, rtol=1e-3, atol=0)
+
+
+def test_writes_in_place_into_a_strided_cache_slice():
+    spec = QuantSpec(bits=2, group=64)
+    x = torch.randn(2, 3, 9, 128, generator=torch.Generator().manual_seed(4))
+    cache = [torch.full((2, 3, 32, n), 7, dtype=dtype, device=DEVICE)
+             for n, dtype in ((32, torch.uint8), (2, torch.float16), (2, torch.float16))]
+    views = tuple(t[:, :, 5:14] for t in cache)
+    returned = quantize_pack(x.to(DEVICE), spec, out=views)
+    assert all(r.data_ptr() == v.data_ptr() for r, v in zip(returned, views))
+    _assert_identical(views, quantize_pack_reference(x, spec))
+    for t in cache:
+        assert (t[:, :, :5] == 7).all() and (t[:, :, 14:] == 7).all()
+
+
+def test_two_dim_input():
+    spec = QuantSpec(bits=4, group=128)
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(5))
+    _assert_identical(quantize_pack(x.to(DEVICE), spec), quantize_pack_reference(x, spec))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: (torch.randn(2, 96), QuantSpec(bits=2, group=32), None), "head_dim"),
+    (lambda: (torch.randn(2, 128), QuantSpec(bits=2, group=48), None), "power of two"),
+    (lambda: (torch.randn(30, 64), QuantSpec(bits=2, group=16, axis="channel"), None), "does not divide"),
+    (lambda: (torch.randn(4, 64), QuantSpec(bits=2, group=64), torch.eye(32)), "rotation"),
+    (lambda: (torch.randn(4, 64).int(), QuantSpec(bits=2, group=64), None), "fp32, fp16 or bf16"),
+])
+def test_bad_inputs_raise_before_launch(make, match):
+    x, spec, rotation = make()
+    with pytest.raises(ValueError, match=match):
+        quantize_pack(x.to(DEVICE), spec, rotation if rotation is None else rotation.to(DEVICE))
+
+
+def test_bad_out_raises():
+    spec = QuantSpec(bits=2, group=64)
+    x = torch.randn(4, 64, device=DEVICE)
+    codes, scale, zero = quantize_pack(x, spec)
+    with pytest.raises(ValueError, match="out scale"):
+        quantize_pack(x, spec, out=(codes, scale.float(), zero))
