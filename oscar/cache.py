@@ -59,8 +59,12 @@ class PackedHistory:
             deq = self.quantizer.dequantize(qt).to(rows.dtype)
             self._mirror = deq if self._mirror is None else torch.cat([self._mirror, deq], dim=-2)
         for key, part in parts.items():
-            self._push(key, part)
+            self._push(key, part, rows.shape[-2])
         self.length += rows.shape[-2]
+
+    def reserve(self, tokens: int) -> None:
+        """Size the buffers for `tokens` rows when they are first created (no doubling slack, e.g. benchmarks)."""
+        self.reserved_tokens = tokens
 
     @property
     def dequantized(self) -> torch.Tensor:
@@ -71,10 +75,11 @@ class PackedHistory:
         qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
         return self.quantizer.dequantize(qt)
 
-    def _push(self, key: str, part: torch.Tensor) -> None:
+    def _push(self, key: str, part: torch.Tensor, tokens: int) -> None:
         buf, used, n = self.buffers.get(key), self.used.get(key, 0), part.shape[-2]
         if buf is None or used + n > buf.shape[-2]:
-            capacity = max(2 * (used + n), 64)
+            reserved = getattr(self, "reserved_tokens", 0) * n // max(tokens, 1)   # rows of this tensor per token
+            capacity = max(reserved, used + n) if buf is None and reserved else max(2 * (used + n), 64)
             grown = part.new_empty(*part.shape[:-2], capacity, part.shape[-1])
             if buf is not None:
                 grown[..., :used, :] = buf[..., :used, :]

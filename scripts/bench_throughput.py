@@ -1,0 +1,195 @@
+"""End-to-end decode throughput and KV memory at long context: INT2/INT4 caches vs BF16 (GPU).
+
+    python scripts/bench_throughput.py                          # Qwen3-4B shapes, ctx 32k/100k, batch 1/8 + same budget
+    python scripts/bench_throughput.py --model qwen3_8b --ctx 100000 --batch 1 --budget-gb 70
+    python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
+
+The model is built from the real config with random bf16 weights (speed does not depend on the
+values). The cache is filled with synthetic K/V written through each quantizer's write path (the
+Triton quantize-pack kernel on CUDA) rather than by a prefill; BF16 uses transformers' own
+DynamicCache and SDPA (what users already have); the other rows run the harness seam and its
+decode kernel. Reported per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured
+from allocated memory, and the largest batch that fits --budget-gb at that context.
+With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from oscar.cache import ThreeRegionLayer  # noqa: E402
+from oscar.quantizer import build_quantizer  # noqa: E402
+from oscar.seam import install  # noqa: E402
+
+CONFIGS = {  # the public Qwen3 configs (no weights needed)
+    "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, rope_theta=1e6,
+                     max_position_embeddings=131072, tie_word_embeddings=True),
+    "qwen3_8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, rope_theta=1e6,
+                     max_position_embeddings=131072, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, vocab_size=512, max_position_embeddings=8192),
+}
+
+
+def build_model(name: str, device: str, dtype):
+    from transformers import AutoModelForCausalLM, Qwen3Config
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(Qwen3Config(**CONFIGS[name]), dtype=dtype, attn_implementation="sdpa")
+    return model.eval()
+
+
+def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (batch, cfg.num_key_value_heads, tokens, cfg.head_dim)               # [B, H_kv, T, D]
+    return (torch.randn(shape, generator=gen, device=device, dtype=dtype),
+            torch.randn(shape, generator=gen, device=device, dtype=dtype))
+
+
+def fill_dynamic(cache, cfg, batch: int, ctx: int, device, dtype) -> None:
+    """BF16 rows straight into transformers' DynamicCache layers."""
+    for idx in range(cfg.num_hidden_layers):
+        k, v = _rows(cfg, batch, ctx, device, dtype, idx)
+        cache.update(k, v, idx)
+
+
+def fill_three_region(cache, cfg, batch: int, ctx: int, device, dtype, chunk: int = 8192) -> None:
+    """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks)."""
+    for idx, layer in enumerate(cache.layers):
+        q = layer.quantizer
+        sink, recent = min(q.sink_tokens or 0, ctx), min(q.recent_tokens, ctx)
+        k, v = _rows(cfg, batch, sink + recent, device, dtype, idx)
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+        layer.n_sink, layer.n_tokens = sink, ctx
+        layer.history_k.reserve(ctx - sink - recent + 64)     # room for the timed steps' demotions
+        layer.history_v.reserve(ctx - sink - recent + 64)
+        for start in range(0, ctx - sink - recent, chunk):
+            n = min(chunk, ctx - sink - recent - start)
+            hk, hv = _rows(cfg, batch, n, device, dtype, 1000 + idx * 97 + start)
+            layer.history_k.append(hk)
+            layer.history_v.append(hv)
+
+
+def kv_bytes(cache) -> int:
+    total = 0
+    for layer in cache.layers:
+        total += layer.nbytes() if isinstance(layer, ThreeRegionLayer) else \
+            (layer.keys.numel() + layer.values.numel()) * layer.keys.element_size()
+    return total
+
+
+def time_steps(model, cache, batch: int, ctx: int, steps: int, device) -> float:
+    """Median ms of one decode step (forward of one token per sequence with the filled cache)."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
+    times = []
+    with torch.inference_mode():
+        for step in range(steps + 2):
+            pos = torch.full((batch, 1), ctx + step, device=device)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times[2:])[len(times[2:]) // 2]
+
+
+def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype) -> dict:
+    """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory."""
+    from transformers import DynamicCache
+    cfg = model.config
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0
+    if quantizer_name == "bf16":
+        cache = DynamicCache(config=cfg)
+        fill_dynamic(cache, cfg, batch, ctx, device, dtype)
+        ms = time_steps(model, cache, batch, ctx, steps, device)
+    else:
+        quantizer = build_quantizer(quantizer_name)
+        quantizer.check(cfg)
+        if quantizer_name == "oscar":      # random orthogonal stand-ins: speed does not depend on the basis
+            rot = torch.linalg.qr(torch.randn(cfg.head_dim, cfg.head_dim, dtype=torch.float64))[0].float()
+            quantizer.rotations_k = quantizer.rotations_v = {i: rot for i in range(cfg.num_hidden_layers)}
+        with install(model, quantizer) as seam:
+            cache = seam.new_cache()
+            fill_three_region(cache, cfg, batch, ctx, device, dtype)
+            ms = time_steps(model, cache, batch, ctx, steps, device)
+    allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
+    row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
+           "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
+           "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
+           "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None}
+    del cache
+    return row
+
+
+def max_batch(bytes_per_token: float, ctx: int, budget_gb: float, weights_bytes: int) -> int:
+    return max(0, int((budget_gb * 1e9 - weights_bytes) // (bytes_per_token * ctx)))
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    cols = list(rows[0])
+    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3_4b", choices=sorted(CONFIGS))
+    parser.add_argument("--tiny", action="store_true", help="tiny config on CPU (smoke test)")
+    parser.add_argument("--quantizers", default="bf16,naive_int2,kivi2,oscar")
+    parser.add_argument("--ctx", default="32768,102400")
+    parser.add_argument("--batch", default="1,8")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--budget-gb", type=float, default=70.0)
+    parser.add_argument("--same-budget-cap", type=int, default=64, help="largest batch tried in the same-budget run")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    name = "tiny" if args.tiny else args.model
+    model = build_model(name, device, dtype)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
+    quantizers = args.quantizers.split(",")
+    rows = [measure(model, q, b, c, args.steps, device, dtype) for c in ctxs for b in batches for q in quantizers]
+    budget_rows = []
+    for q in quantizers:               # same memory budget at the longest context
+        per_token = next(r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1])
+        fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights)
+        run_batch = min(fit, args.same_budget_cap)
+        row = measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype) if run_batch else \
+            {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
+        budget_rows.append({**row, "max_batch_in_budget": fit})
+    bf16_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == "bf16"), None)
+    for r in budget_rows:
+        r["throughput_vs_bf16"] = round(r["tokens_per_s"] / bf16_tps, 2) if bf16_tps else None
+    dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    stamp = datetime.date.today().isoformat()
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "bench_throughput.json").write_text(json.dumps(
+            {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "rows": rows, "same_budget": budget_rows},
+            indent=1))
+    cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
+    print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`)"))
+    print()
+    print(markdown(budget_rows, f"### Same memory budget ({args.budget_gb} GB incl. {weights / 1e9:.1f} GB weights), "
+                                f"ctx {ctxs[-1]}"))
+
+
+if __name__ == "__main__":
+    main()
