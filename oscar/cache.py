@@ -49,7 +49,7 @@ class PackedHistory:
 
     def append(self, rows: torch.Tensor) -> None:
         """Quantize and store `rows` [B, H_kv, n, D]."""
-        self.head_dim = rows.shape[-1]
+        self.head_dim, self.dtype = rows.shape[-1], rows.dtype
         if self.use_kernels:
             from kernels.quant import quantize_pack
             parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
@@ -73,7 +73,7 @@ class PackedHistory:
             return self._mirror
         from oscar.quantize import QuantizedTensor
         qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
-        return self.quantizer.dequantize(qt)
+        return self.quantizer.dequantize(qt).to(self.dtype)
 
     def _push(self, key: str, part: torch.Tensor, tokens: int) -> None:
         buf, used, n = self.buffers.get(key), self.used.get(key, 0), part.shape[-2]
