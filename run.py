@@ -8,6 +8,8 @@
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from oscar.logger import log_cell
@@ -22,6 +24,11 @@ def main(cfg: DictConfig) -> None:
     except CellError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Exception as err:  # in a sweep, a failed cell (already recorded as status=error) must not stop the rest
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        print(f"[error] cell failed and was recorded; the sweep goes on: {type(err).__name__}: {err}", file=sys.stderr)
+        return
     print_summary(rows)
     log_cell(cfg, rows)
 

@@ -1,0 +1,173 @@
+"""Tables and plots from a small synthetic results store: values, Mean/Drop, blanks, files."""
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from oscar.plots import QUANTIZER_COLOURS, decode_speedup, pareto_front, write_plots
+from oscar.results import atomic_write_jsonl, load_rows
+from oscar.tables import MISSING, QUANTIZER_ORDER, all_tables, to_latex, to_markdown
+
+REPO = Path(__file__).resolve().parent.parent
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BENCH_MD = "| batch | ctx | INT2 speedup |\n|---|---|---|\n| 1 | 8192 | 2.10x |"
+BENCH_JSON = {"device": "Fake GPU", "decode": [
+    {"batch": b, "ctx": c, "bf16_ms": 1.0, "int2_speedup": s, "int4_speedup": s / 2}
+    for b, c, s in [(1, 8192, 1.5), (1, 32768, 2.5), (8, 8192, 2.0), (8, 32768, 3.5)]]}
+
+
+def ok(model, quantizer, task, ctx, metrics, seed=0, timestamp="2026-01-01T00:00:00"):
+    """One cell's rows, bits_per_element included as run.py writes it."""
+    bpe = {"bf16": 16.0, "naive_int2": 2.25, "oscar": 2.28}[quantizer]
+    return [{"model": model, "quantizer": quantizer, "task": task, "ctx": ctx, "seed": seed, "metric": m,
+             "value": v, "status": "ok", "error": "", "timestamp": timestamp}
+            for m, v in {**metrics, "bits_per_element": bpe}.items()]
+
+
+def error(model, quantizer, task, ctx):
+    return [{"model": model, "quantizer": quantizer, "task": task, "ctx": ctx, "seed": 0, "metric": "error",
+             "value": float("nan"), "status": "error", "error": "RuntimeError: boom", "timestamp": ""}]
+
+
+def ruler(mean):
+    return {"niah_single_1": mean - 5, "niah_single_2": mean + 5, "ruler_niah": mean}
+
+
+def fidelity(scale):
+    per_layer = {f"{m}/layer_{layer}": scale * (layer + 1) for m in ("k_mse", "attn_kl") for layer in (0, 1)}
+    return {**per_layer, "k_mse": 1.5 * scale, "v_mse": 0.1 * scale, "logit_mse": 2 * scale,
+            "attn_kl": 1.5 * scale, "attn_output_rel_err": 0.3 * scale}
+
+
+CELLS = [
+    ok("toy", "bf16", "ruler_niah", "4k", ruler(90.0), seed=0),
+    ok("toy", "bf16", "ruler_niah", "4k", ruler(100.0), seed=1),
+    ok("toy", "naive_int2", "ruler_niah", "4k", ruler(0.0)),           # a real zero score
+    ok("toy", "oscar", "ruler_niah", "4k", ruler(70.0), timestamp="2026-01-01T00:00:00"),
+    ok("toy", "oscar", "ruler_niah", "4k", ruler(80.0), timestamp="2026-02-01T00:00:00"),  # re-run: wins
+    ok("toy", "bf16", "ruler_niah", "8k", ruler(85.0)),
+    ok("toy", "oscar", "ruler_niah", "8k", ruler(60.0)),                # naive_int2 @ 8k: not run
+    ok("toy", "bf16", "aime25", "4k", {"aime25_pass1": 60.0}),
+    ok("toy", "oscar", "aime25", "4k", {"aime25_pass1": 50.0}),
+    error("toy", "naive_int2", "aime25", "4k"),                         # failed cell: must not count
+    ok("toy", "bf16", "fidelity", "4k", fidelity(0.0)),
+    ok("toy", "oscar", "fidelity", "4k", fidelity(0.2)),
+    ok("toy", "naive_int2", "fidelity", "4k", fidelity(1.0)),
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """results/ with rows/<task>/<cell>.jsonl and bench/ (one Markdown table and its JSON)."""
+    root = tmp_path_factory.mktemp("results")
+    by_task = defaultdict(int)
+    for rows in CELLS:
+        task = rows[0]["task"]
+        by_task[task] += 1
+        atomic_write_jsonl(root / "rows" / task / f"cell{by_task[task]}.jsonl", rows)
+    (root / "bench").mkdir()
+    (root / "bench" / "bench_kernels.md").write_text(BENCH_MD + "\n")
+    (root / "bench" / "bench_kernels.json").write_text(json.dumps(BENCH_JSON))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tables(store):
+    return {t.name: t for t in all_tables(load_rows(store))}
+
+
+def block_rows(table, title="toy") -> dict[tuple, list[str]]:
+    """{(first cells...): row} of one block, keyed by the label columns."""
+    block = next(b for b in table.blocks if b.title == title)
+    labels = sum(1 for c in block.columns if c in ("Ctx", "Method", "Variant"))
+    return {tuple(r[:labels]): dict(zip(block.columns, r)) for r in block.rows}
+
+
+def test_main_table_cells_mean_and_drop(tables):
+    rows = block_rows(tables["main"])
+    assert list(rows) == [("4k", "BF16"), ("4k", "Naive INT2"), ("4k", "OSCAR"), ("8k", "BF16"), ("8k", "OSCAR")]
+    bf16, oscar = rows[("4k", "BF16")], rows[("4k", "OSCAR")]
+    assert bf16["RULER-NIAH"] == "95.00±7.07" and bf16["AIME25"] == "60.00" and bf16["BPE"] == "16.00"
+    assert bf16["Mean"] == "77.50" and bf16["Drop"] == "ref."
+    assert oscar["RULER-NIAH"] == "80.00" and oscar["Mean"] == "65.00" and oscar["Drop"] == "-12.50"
+    assert oscar["BPE"] == "2.28"
+    assert rows[("8k", "OSCAR")]["AIME25"] == MISSING and rows[("8k", "OSCAR")]["Drop"] == MISSING
+
+
+def test_error_row_is_blank_and_blanks_the_mean(tables):
+    naive = block_rows(tables["main"])[("4k", "Naive INT2")]
+    assert naive["RULER-NIAH"] == "0.00"
+    assert naive["AIME25"] == MISSING and naive["Mean"] == MISSING and naive["Drop"] == MISSING
+
+
+def test_ruler_by_ctx_blank_not_zero(tables):
+    rows = block_rows(tables["ruler_niah_by_ctx"])
+    assert rows[("Naive INT2",)] == {"Method": "Naive INT2", "4k": "0.00", "8k": MISSING}
+    assert rows[("OSCAR",)] == {"Method": "OSCAR", "4k": "80.00", "8k": "60.00"}
+
+
+def test_ruler_variants_table(tables):
+    rows = block_rows(tables["ruler_niah_variants"])
+    assert rows[("BF16", "niah_single_2")]["4k"] == "100.00±7.07"
+    assert rows[("OSCAR", "niah_single_1")]["8k"] == "55.00"
+
+
+def test_fidelity_table(tables):
+    rows = block_rows(tables["fidelity"])
+    assert list(rows) == [("4k", "BF16"), ("4k", "Naive INT2"), ("4k", "OSCAR")]
+    assert rows[("4k", "OSCAR")]["K MSE"] == "0.3" and rows[("4k", "OSCAR")]["attn-out rel. err"] == "0.06"
+    assert rows[("4k", "BF16")]["V MSE"] == "0"
+
+
+def test_markdown_and_latex_render_blanks_with_a_footnote(tables):
+    markdown, latex = to_markdown(tables["ruler_niah_by_ctx"]), to_latex(tables["ruler_niah_by_ctx"])
+    assert "| Naive INT2 | 0.00 | – |" in markdown and "– = not run" in markdown
+    assert r"Naive INT2 & 0.00 & -- \\" in latex and r"\toprule" in latex and "-- = not run" in latex
+    assert r"95.00$\pm$7.07" in latex
+
+
+def test_cli_writes_every_table_and_copies_bench_verbatim(store, tmp_path):
+    out = tmp_path / "tables"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_tables.py"), "--results", str(store),
+                    "--out", str(out)], check=True, capture_output=True, cwd=tmp_path)
+    names = {p.name for p in out.iterdir()}
+    for stem in ("main", "ruler_niah_by_ctx", "ruler_niah_variants", "fidelity"):
+        assert {f"{stem}.md", f"{stem}.tex"} <= names
+    bench = (out / "bench.md").read_text()
+    assert "## bench_kernels.md" in bench and BENCH_MD in bench
+
+
+@pytest.fixture(scope="module")
+def plots(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots")
+    return out, write_plots(load_rows(store), store / "bench", out)
+
+
+def test_every_plot_is_written_as_png_and_pdf(plots):
+    out, paths = plots
+    stems = {"accuracy_vs_ctx_toy", "accuracy_vs_bpe_toy", "layer_fidelity_toy_4k", "decode_speedup_bench_kernels"}
+    assert {p.name for p in paths} == {f"{s}.{ext}" for s in stems for ext in ("png", "pdf")}
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == PNG_MAGIC
+        height, width, _ = matplotlib.image.imread(png).shape
+        assert height > 200 and width > 200
+    assert all(p.read_bytes()[:4] == b"%PDF" for p in out.glob("*.pdf"))
+
+
+def test_speedup_plot_is_skipped_without_decode_timings(tmp_path):
+    assert decode_speedup(tmp_path / "no_bench", tmp_path) == []
+    (tmp_path / "write_only.json").write_text(json.dumps({"write": [{"what": "int2", "ms": 0.1}]}))
+    assert decode_speedup(tmp_path, tmp_path) == [] and not list(tmp_path.glob("*.png"))
+
+
+def test_every_canonical_quantizer_has_its_own_colour():
+    assert set(QUANTIZER_ORDER) <= set(QUANTIZER_COLOURS)
+    assert len(set(QUANTIZER_COLOURS.values())) == len(QUANTIZER_COLOURS)
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    assert pareto_front([(16, 95), (2.28, 80), (2.25, 0), (4.25, 70), (2.28, 60)]) == [(2.25, 0), (2.28, 80), (16, 95)]
