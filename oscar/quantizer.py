@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "int4": "baselines.int4:Int4",
     "saw_int4": "baselines.int4:Int4",
     "oscar": "oscar.method:OSCAR",
+    "hf_quantized_cache": "baselines.hf_quantized_cache:HFQuantizedCache",
 }
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "quantizer"
 

@@ -123,7 +123,10 @@ class Seam:
         return list(types) if types else ["full_attention"] * self.model.config.num_hidden_layers
 
     def new_cache(self) -> Cache:
-        """A fresh cache: three-region layers for full attention, stock sliding layers otherwise."""
+        """A fresh cache: three-region layers for full attention, stock sliding layers otherwise
+        (or the quantizer's own cache, e.g. transformers' QuantizedCache)."""
+        if hasattr(self.quantizer, "build_cache"):
+            return self.quantizer.build_cache(self.model)
         layers = []
         for idx, kind in enumerate(self.layer_types()):
             if kind == "sliding_attention":

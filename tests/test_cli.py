@@ -45,3 +45,15 @@ def test_tiny_run_writes_rows_then_skips(tmp_path):
         assert row["status"] == "ok" and row["model"] == "tiny_qwen3"
     second = run("debug=tiny", results_dir=tmp_path)
     assert second.returncode == 0 and "[skip]" in second.stdout
+
+
+def test_calibrate_script_writes_rotationzoo_files(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OSCAR_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "scripts/calibrate.py", "model=tiny_qwen3", "quantizer=oscar",
+                           "quantizer.calibration.budget=512", "quantizer.calibration.seq_len=256",
+                           f"hydra.run.dir={tmp_path / 'hy'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = sorted((tmp_path / "rotations").glob("*/*.pt"))
+    assert [f.name for f in files] == ["k_rotation_qqt_r_h_pbr.pt", "v_rotation_sst_r_h_pbr.pt"]
+    assert "(2 layers)" in proc.stdout

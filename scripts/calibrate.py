@@ -1,0 +1,41 @@
+"""Calibrate OSCAR rotations for a model and write them as RotationZoo files.
+
+    python scripts/calibrate.py model=smollm2_135m                       # essays, 20k tokens per layer
+    python scripts/calibrate.py model=gemma3_270m quantizer.value_target=softmax quantizer.compose=u_h
+    python scripts/calibrate.py model=qwen3_8b quantizer.calibration.source=file quantizer.calibration.path=gpqa.txt
+
+The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ (k_rotation_qqt_<compose>.pt,
+v_rotation_sst_<compose>.pt), where `python run.py quantizer=oscar` finds them; pass
+`quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as run.py.
+"""
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from oscar.models import load_model  # noqa: E402
+from oscar.pipeline import resolve_device  # noqa: E402
+from oscar.quantizer import build_quantizer  # noqa: E402
+from oscar.rotation import load_rotations  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+def main(cfg: DictConfig) -> None:
+    options = OmegaConf.to_container(cfg.quantizer, resolve=True)
+    if options.pop("name") != "oscar":
+        print("error: scripts/calibrate.py calibrates quantizer=oscar only.", file=sys.stderr)
+        sys.exit(2)
+    quantizer = build_quantizer("oscar", **options)
+    loaded = load_model(cfg.model, device=resolve_device(cfg.device))
+    quantizer.check(loaded.model.config)
+    quantizer.prepare(loaded.model, loaded.tokenizer)
+    folder = Path(quantizer.artifact_dir)
+    for path in sorted(folder.glob("*.pt")):
+        print(f"{path}  ({len(load_rotations(path))} layers)")
+
+
+if __name__ == "__main__":
+    main()
