@@ -3,6 +3,7 @@
     python scripts/bench_throughput.py                          # Qwen3-4B shapes, ctx 32k/100k, batch 1/8 + same budget
     python scripts/bench_throughput.py --model qwen3_8b --ctx 100000 --batch 1 --budget-gb 70
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
+    python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one decode step's time goes
 
 The model is built from the real config with random bf16 weights (speed does not depend on the
 values). The cache is filled with synthetic K/V written through each quantizer's write path (the
@@ -27,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oscar.cache import ThreeRegionLayer  # noqa: E402
+from oscar.step_profile import profile_rows  # noqa: E402
 from oscar.quantizer import build_quantizer  # noqa: E402
 from oscar.seam import install  # noqa: E402
 
@@ -89,6 +91,13 @@ def kv_bytes(cache) -> int:
     return total
 
 
+def _one_step(model, cache, batch: int, ctx: int, device) -> None:
+    """One decode forward (a token per sequence) at position ctx; no timing."""
+    ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        model(input_ids=ids, position_ids=torch.full((batch, 1), ctx, device=device), past_key_values=cache, use_cache=True)
+
+
 def time_steps(model, cache, batch: int, ctx: int, steps: int, device) -> float:
     """Median ms of one decode step (forward of one token per sequence with the filled cache)."""
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
@@ -106,8 +115,8 @@ def time_steps(model, cache, batch: int, ctx: int, steps: int, device) -> float:
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
-def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype) -> dict:
-    """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory."""
+def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False) -> dict:
+    """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step)."""
     from transformers import DynamicCache
     cfg = model.config
     if device == "cuda":
@@ -118,6 +127,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         cache = DynamicCache(config=cfg)
         fill_dynamic(cache, cfg, batch, ctx, device, dtype)
         ms = time_steps(model, cache, batch, ctx, steps, device)
+        split = profile_rows(lambda: _one_step(model, cache, batch, ctx, device)) if profile else {}
     else:
         quantizer = build_quantizer(quantizer_name)
         quantizer.check(cfg)
@@ -128,11 +138,12 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
             cache = seam.new_cache()
             fill_three_region(cache, cfg, batch, ctx, device, dtype)
             ms = time_steps(model, cache, batch, ctx, steps, device)
+            split = profile_rows(lambda: _one_step(model, cache, batch, ctx, device)) if profile else {}
     allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
            "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
            "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
-           "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None}
+           "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None, **split}
     del cache
     return row
 
@@ -158,6 +169,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--budget-gb", type=float, default=70.0)
     parser.add_argument("--same-budget-cap", type=int, default=64, help="largest batch tried in the same-budget run")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -166,9 +179,10 @@ def main() -> None:
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
     quantizers = args.quantizers.split(",")
-    rows = [measure(model, q, b, c, args.steps, device, dtype) for c in ctxs for b in batches for q in quantizers]
+    rows = [measure(model, q, b, c, args.steps, device, dtype, args.profile)
+            for c in ctxs for b in batches for q in quantizers]
     budget_rows = []
-    for q in quantizers:               # same memory budget at the longest context
+    for q in ([] if args.profile else quantizers):               # same memory budget at the longest context
         per_token = next(r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1])
         fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights)
         run_batch = min(fit, args.same_budget_cap)
@@ -181,14 +195,15 @@ def main() -> None:
     dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     stamp = datetime.date.today().isoformat()
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "bench_throughput.json").write_text(json.dumps(
+        Path(os.environ["OUT"], "bench_throughput_profile.json" if args.profile else "bench_throughput.json").write_text(json.dumps(
             {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "rows": rows, "same_budget": budget_rows},
             indent=1))
     cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
     print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`)"))
     print()
-    print(markdown(budget_rows, f"### Same memory budget ({args.budget_gb} GB incl. {weights / 1e9:.1f} GB weights), "
-                                f"ctx {ctxs[-1]}"))
+    if budget_rows:
+        print(markdown(budget_rows, f"### Same memory budget ({args.budget_gb} GB incl. {weights / 1e9:.1f} GB weights), "
+                                    f"ctx {ctxs[-1]}"))
 
 
 if __name__ == "__main__":

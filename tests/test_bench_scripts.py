@@ -19,3 +19,32 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     per_token = {r["quantizer"]: r["kv_bytes_per_token"] for r in data["rows"]}
     assert per_token["bf16"] > 4 * per_token["naive_int2"]          # INT2 history is far smaller than fp32 rows
     assert all(r["max_batch_in_budget"] >= 0 for r in data["same_budget"])
+
+
+def test_step_profile_splits_gpu_time_by_kernel_kind():
+    from types import SimpleNamespace
+    from torch.autograd import DeviceType
+    from oscar.step_profile import kernel_kind, split_kernel_times
+    assert kernel_kind("_decode_stage1_kernel") == "attn"
+    assert kernel_kind("cudnn_generated_fort_native_sdpa_sm90") == "attn"
+    assert kernel_kind("_quantize_pack_kernel") == "kv_write"
+    assert kernel_kind("nvjet_tst_128x64_64x8_1x1_v_bz_TNN") == "gemm"
+    assert kernel_kind("vectorized_elementwise_kernel") == "other"
+    ev = lambda name, us, dev=DeviceType.CUDA: SimpleNamespace(name=name, self_device_time_total=us, device_type=dev)
+    split = split_kernel_times([ev("_decode_stage1_kernel", 500), ev("sm90_xmma_gemm", 1500),
+                                ev("elementwise", 250), ev("aten::mm", 9000, DeviceType.CPU)])
+    assert split["gpu_attn_ms"] == 0.5 and split["gpu_gemm_ms"] == 1.5 and split["gpu_other_ms"] == 0.25
+    assert split["gpu_ms"] == 2.25 and split["kernels"] == 3          # CPU-side ops are not counted
+
+
+def test_bench_throughput_profile_mode_reports_the_split(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path), HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--steps", "1", "--ctx", "600",
+                           "--batch", "1", "--profile", "--quantizers", "bf16,naive_int2"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+    rows = json.loads((tmp_path / "bench_throughput_profile.json").read_text())["rows"]
+    assert [r["quantizer"] for r in rows] == ["bf16", "naive_int2"]
+    assert all(r["wall_ms"] > 0 and "gpu_attn_ms" in r for r in rows)
+    assert "Same memory budget" not in proc.stdout
