@@ -3,7 +3,8 @@
 For every quantized (full-attention) layer, q/k/v are captured on held-out essays (not the
 calibration split), every token is quantized (the history regime: windows are not applied), and
 we report against the full-precision layer:
-  k_mse, v_mse          mean squared reconstruction error (rotated basis; rotations are orthogonal)
+  k_mse, v_mse          mean squared reconstruction error (rotated basis; rotations are orthogonal;
+                        keys are quantized around the quantizer's key offset, if it has one)
   logit_mse             mean squared error of the causal attention logits (q k^T * scaling)
   attn_kl               mean KL(p_bf16 || p_quant) over attention rows
   attn_output_rel_err   ||o_proj(o_quant) - o_proj(o)|| / ||o_proj(o)||
@@ -45,6 +46,8 @@ def layer_errors(module, quantizer, layer_idx, cap) -> dict[str, float]:
     """The five metrics of one layer over its captured sequences."""
     r_k = quantizer.key_rotation(layer_idx)
     r_v = getattr(module, "_kvq_value_rotation", None)               # v was captured through the folded v_proj
+    offset = quantizer.key_offset(layer_idx)                          # [H_kv, D] quantized around, or None
+    shift = 0.0 if offset is None else offset.float()
     sums = dict.fromkeys(METRICS, 0.0)
     start = 0
     for n in cap.seq_lens:
@@ -52,7 +55,8 @@ def layer_errors(module, quantizer, layer_idx, cap) -> dict[str, float]:
         start += n
         v = v_rot @ r_v.T if r_v is not None else v_rot
         q_r, k_r = (q @ r_k, k @ r_k) if r_k is not None else (q, k)
-        k_hat, v_hat = _quantized(quantizer, k_r, quantizer.key_spec), _quantized(quantizer, v_rot, quantizer.value_spec)
+        k_hat = _quantized(quantizer, k_r - shift, quantizer.key_spec) + shift
+        v_hat = _quantized(quantizer, v_rot, quantizer.value_spec)
         logits, probs, out = _attention(q, k, v, cap.scaling)
         logits_q, probs_q, out_q = _attention(q_r, k_hat, v_hat, cap.scaling)
         if r_v is not None:

@@ -2,8 +2,8 @@
 
 One `ThreeRegionLayer` per full-attention layer (sliding-window layers keep transformers' own
 full-precision `DynamicSlidingWindowLayer`: they hold at most `sliding_window` tokens).
-Tokens are stored in position order; K rows are stored rotated by R_K (V rows arrive already in the
-R_V basis because v_proj is folded). Region sizes come from the quantizer (METHOD_OSCAR §7):
+Tokens are stored in position order; K rows are stored rotated by R_K and, if the quantizer has one,
+minus a per-channel offset (V rows arrive already in the R_V basis because v_proj is folded). Region sizes come from the quantizer (METHOD_OSCAR §7):
   * the first `sink_tokens` tokens stay full precision (None = all of them: the identity);
   * the last `recent_tokens` (+ up to page-1 slack) stay full precision;
   * everything between is quantized; during decode the oldest recent tokens are demoted in pages
@@ -108,6 +108,8 @@ class ThreeRegionLayer(DynamicLayer):
         self.history_k = self.history_v = None
         r_k = quantizer.key_rotation(layer_idx)
         self.key_rotation = None if r_k is None else r_k.float()
+        offset = quantizer.key_offset(layer_idx)
+        self.key_offset = None if offset is None else offset.float()[None, :, None, :]   # [1, H_kv, 1, D]
 
     # ---------------------------------------------------------------- transformers' layer API
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -123,7 +125,7 @@ class ThreeRegionLayer(DynamicLayer):
         """Store new K/V [B, H_kv, T, D] (K rotated here) and return a view for the attention function."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        key_states = self.rotate_keys(key_states)
+        key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
         decode = new <= KERNEL_MAX_QUERY_TOKENS
         if decode:
@@ -155,11 +157,16 @@ class ThreeRegionLayer(DynamicLayer):
         super().reset()
 
     # ---------------------------------------------------------------- regions
-    def rotate_keys(self, key_states: torch.Tensor) -> torch.Tensor:
-        if self.key_rotation is None:
+    def transform_keys(self, key_states: torch.Tensor) -> torch.Tensor:
+        """k @ R_K - m (each part only if the quantizer has it); [B, H_kv, T, D] in and out."""
+        if self.key_rotation is None and self.key_offset is None:
             return key_states
-        rot = self.key_rotation.to(key_states.device)
-        return (key_states.float() @ rot).to(key_states.dtype)
+        keys = key_states.float()
+        if self.key_rotation is not None:
+            keys = keys @ self.key_rotation.to(keys.device)
+        if self.key_offset is not None:
+            keys = keys - self.key_offset.to(keys.device)
+        return keys.to(key_states.dtype)
 
     def _grow_sink(self) -> None:
         sink = self.quantizer.sink_tokens

@@ -63,9 +63,14 @@ class Capture:
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Record q/k/v, then attend as the model does; with the seam installed (v_proj folded, e.g. for
+    task=fidelity) the output is mapped back from the R_V basis, or every later layer would see wrong inputs."""
+    from oscar.seam import unrotate_output
     if Capture.active is not None:
         Capture.active.record(module, query, key, value, scaling)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                          dropout=dropout, **kwargs)
+    return unrotate_output(module, out), weights
 
 
 AttentionInterface.register(CAPTURE_ATTN, capture_attention)

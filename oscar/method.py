@@ -4,6 +4,10 @@ R_K comes from the eigenbasis of the query second moment C_Q; R_V from the score
 target C_S (`value_target: surrogate` = the released logit-energy surrogate, `softmax` = the
 paper's S^T S). Rotations are computed once per (model, calibration data, budget, config) and
 cached as RotationZoo files; `rotation_dir` points at precomputed files (e.g. the official ones).
+
+`center_keys: true` (not in the paper; off by default) also stores the calibrated mean rotated key of
+each layer and subtracts it from every cached key: exact for attention (see `KVQuantizer.key_offset`),
+and it frees the INT2 levels that a large per-channel key offset (Gemma 3) would otherwise use up.
 """
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ import torch
 
 from baselines.uniform import UniformKVQuantizer
 from oscar.covariance import query_second_moment, value_target_softmax, value_target_surrogate
-from oscar.rotation import compose_rotation, eigen_basis, load_rotations, save_rotations
+from oscar.rotation import (compose_rotation, eigen_basis, load_key_means, load_rotations, save_key_means,
+                            save_rotations)
 
 K_FILE, V_FILE = "k_rotation_qqt_{mode}.pt", "v_rotation_sst_{mode}.pt"
+MEAN_FILE = "key_mean_qqt_{mode}.pt"
 VALUE_TARGETS = ("surrogate", "softmax")
 
 
@@ -25,16 +31,18 @@ class OSCAR(UniformKVQuantizer):
     name = "oscar"
 
     def __init__(self, compose: str = "r_h_pbr", value_target: str = "surrogate", calibration: dict | None = None,
-                 rotation_dir: str | None = None, **options):
+                 rotation_dir: str | None = None, center_keys: bool = False, **options):
         super().__init__(**options)
         if value_target not in VALUE_TARGETS:
             raise ValueError(f"value_target must be one of {VALUE_TARGETS}, got '{value_target}'.")
         self.compose, self.value_target = compose, value_target
         self.calibration = dict(calibration or {})
-        self.rotation_dir = rotation_dir
-        self.options.update(compose=compose, value_target=value_target, calibration=self.calibration)
+        self.rotation_dir, self.center_keys = rotation_dir, bool(center_keys)
+        self.options.update(compose=compose, value_target=value_target, calibration=self.calibration,
+                            center_keys=self.center_keys)
         self.rotations_k: dict[int, torch.Tensor] = {}
         self.rotations_v: dict[int, torch.Tensor] = {}
+        self.key_means: dict[int, torch.Tensor] = {}
 
     def check(self, model_config) -> None:
         super().check(model_config)
@@ -42,11 +50,17 @@ class OSCAR(UniformKVQuantizer):
             raise ValueError(f"oscar needs a power-of-two head_dim for its Hadamard, got {self.head_dim}.")
         if self.rotation_dir and not Path(self.rotation_dir).is_dir():
             raise FileNotFoundError(f"OSCAR rotation_dir '{self.rotation_dir}' does not exist.")
+        mean_file = MEAN_FILE.format(mode=self.compose)
+        if self.rotation_dir and self.center_keys and not (Path(self.rotation_dir) / mean_file).is_file():
+            raise ValueError(f"center_keys needs {mean_file} in rotation_dir '{self.rotation_dir}' "
+                             f"(written by scripts/calibrate.py with quantizer.center_keys=true).")
 
     def prepare(self, model, tokenizer) -> None:
         folder = Path(self.rotation_dir) if self.rotation_dir else self._calibrated_dir(model, tokenizer)
         self.rotations_k = load_rotations(folder / K_FILE.format(mode=self.compose))
         self.rotations_v = load_rotations(folder / V_FILE.format(mode=self.compose))
+        if self.center_keys:
+            self.key_means = load_key_means(folder / MEAN_FILE.format(mode=self.compose))
         self.artifact_dir = str(folder)
 
     def key_rotation(self, layer_idx: int):
@@ -54,6 +68,9 @@ class OSCAR(UniformKVQuantizer):
 
     def value_rotation(self, layer_idx: int):
         return self.rotations_v.get(layer_idx)
+
+    def key_offset(self, layer_idx: int):
+        return self.key_means.get(layer_idx) if self.center_keys else None
 
     # ---------------------------------------------------------------- calibration
     def _calibrated_dir(self, model, tokenizer) -> Path:
@@ -66,9 +83,12 @@ class OSCAR(UniformKVQuantizer):
     def artifact_key(self, model) -> str:
         """Hash of (model config + a weight fingerprint, calibration settings, rotation config)."""
         first_q = next(m for m in model.modules() if hasattr(m, "q_proj")).q_proj.weight
-        blob = json.dumps({"config": model.config.to_json_string(use_diff=False),
-                           "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
-                           "compose": self.compose, "value_target": self.value_target}, sort_keys=True)
+        settings = {"config": model.config.to_json_string(use_diff=False),
+                    "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
+                    "compose": self.compose, "value_target": self.value_target}
+        if self.center_keys:                    # keeps the hashes (cached folders) of uncentred runs unchanged
+            settings["center_keys"] = True
+        blob = json.dumps(settings, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def calibrate(self, model, tokenizer, folder: Path) -> None:
@@ -77,9 +97,9 @@ class OSCAR(UniformKVQuantizer):
         text = calibration_text(cal.get("source", "essays"), cal.get("path"), dataset=cal.get("dataset"))
         captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),
                                        int(cal.get("seq_len", 2048)))
-        rot_k, eig_k, rot_v, eig_v = {}, {}, {}, {}
+        rot_k, eig_k, rot_v, eig_v, means = {}, {}, {}, {}, {}
         for layer_idx, cap in sorted(captured.items()):
-            q, k, v = cap.stacked()
+            q, k, v = cap.stacked()                                    # [T, H_q, D], [T, H_kv, D], [T, H_kv, D]
             c_q = query_second_moment(q)
             c_s = value_target_surrogate(q, k, v) if self.value_target == "surrogate" else \
                 value_target_softmax(q, k, v, cap.scaling, cap.seq_lens)
@@ -87,6 +107,9 @@ class OSCAR(UniformKVQuantizer):
             eig_v[layer_idx], u_v = eigen_basis(c_s)
             rot_k[layer_idx] = compose_rotation(u_k, eig_k[layer_idx], self.compose)
             rot_v[layer_idx] = compose_rotation(u_v, eig_v[layer_idx], self.compose)
+            means[layer_idx] = k.mean(dim=0) @ rot_k[layer_idx].to(k.dtype)   # [H_kv, D] in the R_K basis
         folder.mkdir(parents=True, exist_ok=True)
+        if self.center_keys:
+            save_key_means(folder / MEAN_FILE.format(mode=self.compose), means)
         save_rotations(folder / K_FILE.format(mode=self.compose), rot_k, eig_k, f"qqt_{self.compose}")
         save_rotations(folder / V_FILE.format(mode=self.compose), rot_v, eig_v, f"sst_{self.compose}")

@@ -60,6 +60,14 @@ class KVQuantizer:
         """R_V [D, D]: v_proj is folded so v' = v @ R_V, and the attention output is mapped back by R_V^T."""
         return None
 
+    def key_offset(self, layer_idx: int) -> torch.Tensor | None:
+        """[H_kv, D] subtracted from every stored key (after R_K), or None.
+
+        Exact for attention: q.(k - m) = q.k - q.m shifts every logit of a query row by the same amount,
+        and softmax ignores that; only the quantizer sees the centred keys.
+        """
+        return None
+
     # ---------------------------------------------------------------- storage
     @property
     def stores_codes(self) -> bool:

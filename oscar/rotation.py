@@ -166,3 +166,24 @@ def load_rotations(path) -> dict[int, torch.Tensor]:
             raise ValueError(f"Layer {key} of {path} has no 'rotation' entry.")
         rotations[_layer_id(key, path)] = _check_rotation(entry["rotation"], key, path).to(torch.float32)
     return rotations
+
+
+def save_key_means(path, key_means: dict[int, torch.Tensor]) -> None:
+    """Write per-layer key offsets [H_kv, D] (the mean rotated key, `center_keys`) in the RotationZoo layout."""
+    layers = {int(l): {"layer_id": int(l), "key_mean": m.detach().to("cpu", torch.float32).contiguous()}
+              for l, m in sorted(key_means.items())}
+    payload = {"format_version": FORMAT_VERSION, "objective": "key_mean", "source_grouping": "layer", "layers": layers}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+
+
+def load_key_means(path) -> dict[int, torch.Tensor]:
+    """Read a file written by `save_key_means`: {layer_id: fp32 [H_kv, D]} (weights_only load)."""
+    path = Path(path)
+    means = {}
+    for key, entry in _read_payload(path)["layers"].items():
+        mean = entry.get("key_mean") if isinstance(entry, dict) else None
+        if not (isinstance(mean, torch.Tensor) and mean.dim() == 2 and torch.isfinite(mean).all()):
+            raise ValueError(f"Layer {key} of {path} has no finite 2-D 'key_mean' entry.")
+        means[_layer_id(key, path)] = mean.to(torch.float32)
+    return means

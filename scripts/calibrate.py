@@ -5,7 +5,7 @@
     python scripts/calibrate.py model=qwen3_8b quantizer.calibration.source=file quantizer.calibration.path=gpqa.txt
 
 The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ (k_rotation_qqt_<compose>.pt,
-v_rotation_sst_<compose>.pt), where `python run.py quantizer=oscar` finds them; pass
+v_rotation_sst_<compose>.pt, and key_mean_qqt_<compose>.pt with quantizer.center_keys=true), where `python run.py quantizer=oscar` finds them; pass
 `quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as run.py.
 """
 import sys
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from oscar.models import load_model  # noqa: E402
 from oscar.pipeline import resolve_device  # noqa: E402
 from oscar.quantizer import build_quantizer  # noqa: E402
-from oscar.rotation import load_rotations  # noqa: E402
+from oscar.rotation import load_key_means, load_rotations  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="config")
@@ -33,8 +33,10 @@ def main(cfg: DictConfig) -> None:
     quantizer.check(loaded.model.config)
     quantizer.prepare(loaded.model, loaded.tokenizer)
     folder = Path(quantizer.artifact_dir)
-    for path in sorted(folder.glob("*.pt")):
+    for path in sorted(folder.glob("*_rotation_*.pt")):
         print(f"{path}  ({len(load_rotations(path))} layers)")
+    for path in sorted(folder.glob("key_mean_*.pt")):
+        print(f"{path}  ({len(load_key_means(path))} layers, quantizer.center_keys=true)")
 
 
 if __name__ == "__main__":

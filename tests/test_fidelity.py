@@ -26,3 +26,50 @@ def test_identity_has_zero_error_and_int2_does_not(tmp_path, monkeypatch):
     assert set(naive) >= {f"{m}/layer_1" for m in metrics}          # the one full-attention layer
     assert not any(key.endswith("/layer_0") for key in naive)       # the sliding layer is not quantized
     assert naive["k_mse"] == pytest.approx(naive["k_mse/layer_1"])
+
+
+def test_keys_are_quantized_around_the_key_offset():
+    """A planted per-channel key offset: quantizing around it cuts the key error; logits stay comparable."""
+    import torch
+    from types import SimpleNamespace
+
+    from eval.fidelity import layer_errors
+    from oscar.quantizer import build_quantizer
+
+    gen = torch.Generator().manual_seed(0)
+    tokens, heads, dim = 64, 2, 128
+    offset = 6.0 * torch.randn(heads, dim, generator=gen)                               # [H_kv, D]
+    cap = SimpleNamespace(q=torch.randn(tokens, heads, dim, generator=gen),
+                          k=torch.randn(tokens, heads, dim, generator=gen) + offset,       # [T, H_kv, D]
+                          v=torch.randn(tokens, heads, dim, generator=gen), seq_lens=[tokens], scaling=dim ** -0.5)
+    module = SimpleNamespace(o_proj=torch.nn.Linear(heads * dim, 16))
+
+    def errors(key_offset):
+        quantizer = build_quantizer("naive_int2")
+        quantizer.key_offset = lambda layer_idx: key_offset
+        return layer_errors(module, quantizer, 0, cap)
+    plain, centred = errors(None), errors(offset)
+    assert centred["k_mse"] < 0.2 * plain["k_mse"]
+    assert centred["logit_mse"] < 0.2 * plain["logit_mse"]
+    assert centred["v_mse"] == pytest.approx(plain["v_mse"])
+
+
+def test_capture_with_folded_values_sees_the_stock_activations(tiny, tmp_path, monkeypatch):
+    """task=fidelity captures with the seam installed: layer 1's keys must not depend on layer 0's folded R_V."""
+    import torch
+
+    from oscar.calibrate import capture_activations
+    from oscar.quantizer import build_quantizer
+    from oscar.seam import install
+
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    text = "The grass is green and the sky is blue. " * 20
+    stock = capture_activations(model, tok, text, budget=128, seq_len=64)
+    quantizer = build_quantizer("quarot_int2")
+    quantizer.check(model.config)
+    with install(model, quantizer):
+        folded = capture_activations(model, tok, text, budget=128, seq_len=64)
+    last = max(stock)
+    assert last >= 1
+    torch.testing.assert_close(torch.cat(folded[last].k), torch.cat(stock[last].k), rtol=1e-4, atol=1e-4)
