@@ -43,17 +43,23 @@ class OSCAR(UniformKVQuantizer):
         self.rotations_k: dict[int, torch.Tensor] = {}
         self.rotations_v: dict[int, torch.Tensor] = {}
         self.key_means: dict[int, torch.Tensor] = {}
+        self._check_rotation_dir()
+
+    def _check_rotation_dir(self) -> None:
+        """Path checks that need no model, so a bad `rotation_dir` fails before any weights load."""
+        if not self.rotation_dir:
+            return
+        if not Path(self.rotation_dir).is_dir():
+            raise FileNotFoundError(f"OSCAR rotation_dir '{self.rotation_dir}' does not exist.")
+        mean_file = MEAN_FILE.format(mode=self.compose)
+        if self.center_keys and not (Path(self.rotation_dir) / mean_file).is_file():
+            raise ValueError(f"center_keys needs {mean_file} in rotation_dir '{self.rotation_dir}' "
+                             f"(written by scripts/calibrate.py with quantizer.center_keys=true).")
 
     def check(self, model_config) -> None:
         super().check(model_config)
         if self.head_dim & (self.head_dim - 1):
             raise ValueError(f"oscar needs a power-of-two head_dim for its Hadamard, got {self.head_dim}.")
-        if self.rotation_dir and not Path(self.rotation_dir).is_dir():
-            raise FileNotFoundError(f"OSCAR rotation_dir '{self.rotation_dir}' does not exist.")
-        mean_file = MEAN_FILE.format(mode=self.compose)
-        if self.rotation_dir and self.center_keys and not (Path(self.rotation_dir) / mean_file).is_file():
-            raise ValueError(f"center_keys needs {mean_file} in rotation_dir '{self.rotation_dir}' "
-                             f"(written by scripts/calibrate.py with quantizer.center_keys=true).")
 
     def prepare(self, model, tokenizer) -> None:
         folder = Path(self.rotation_dir) if self.rotation_dir else self._calibrated_dir(model, tokenizer)

@@ -23,6 +23,9 @@ def run(*overrides, results_dir, timeout=300):
     (["task=no_such_task"], "no_such_task"),
     (["ctx=64k"], "exceeds model 'gemma3_270m''s 32768 positions"),
     (["model=tiny_qwen3", "model.source=local", "model.path=/nonexistent/model"], "/nonexistent/model"),
+    (["quantizer=oscar", "quantizer.rotation_dir=/nonexistent/rotations"], "/nonexistent/rotations"),
+    (["quantizer=oscar", "quantizer.center_keys=true", "quantizer.rotation_dir=configs"],
+     "center_keys needs key_mean_qqt_r_h_pbr.pt"),
 ])
 def test_bad_input_fails_fast_with_one_sentence(tmp_path, overrides, needle):
     proc = run(*overrides, results_dir=tmp_path, timeout=120)
