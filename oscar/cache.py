@@ -3,7 +3,8 @@
 One `ThreeRegionLayer` per full-attention layer (sliding-window layers keep transformers' own
 full-precision `DynamicSlidingWindowLayer`: they hold at most `sliding_window` tokens).
 Tokens are stored in position order; K rows are stored rotated by R_K and, if the quantizer has one,
-minus a per-channel offset (V rows arrive already in the R_V basis because v_proj is folded). Region sizes come from the quantizer (METHOD_OSCAR §7):
+minus a per-channel offset (V rows arrive already in the R_V basis because v_proj is folded).
+Region sizes come from the quantizer (METHOD_OSCAR §7):
   * the first `sink_tokens` tokens stay full precision (None = all of them: the identity);
   * the last `recent_tokens` (+ up to page-1 slack) stay full precision;
   * everything between is quantized; during decode the oldest recent tokens are demoted in pages
@@ -114,6 +115,10 @@ class ThreeRegionLayer(DynamicLayer):
     # ---------------------------------------------------------------- transformers' layer API
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
+        if self.key_rotation is not None:            # moved once here, not on every decode step
+            self.key_rotation = self.key_rotation.to(self.device)
+        if self.key_offset is not None:
+            self.key_offset = self.key_offset.to(self.device)
         self.keys = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])   # full-precision rows
         self.values = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
         if self.quantizer.stores_codes:
@@ -163,9 +168,9 @@ class ThreeRegionLayer(DynamicLayer):
             return key_states
         keys = key_states.float()
         if self.key_rotation is not None:
-            keys = keys @ self.key_rotation.to(keys.device)
+            keys = keys @ self.key_rotation
         if self.key_offset is not None:
-            keys = keys - self.key_offset.to(keys.device)
+            keys = keys - self.key_offset
         return keys.to(key_states.dtype)
 
     def _grow_sink(self) -> None:

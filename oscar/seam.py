@@ -39,7 +39,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     """
     if isinstance(key, KVView):
         if key.layer.key_rotation is not None:
-            query = (query.float() @ key.layer.key_rotation.to(query.device)).to(query.dtype)
+            query = (query.float() @ key.layer.key_rotation).to(query.dtype)    # R_K lives on the cache device
         if key.keys is None:
             out = kernel_decode(key.layer, query, attention_mask, scaling)
             return unrotate_output(module, out), None
