@@ -54,7 +54,7 @@ class OSCAR(UniformKVQuantizer):
         mean_file = MEAN_FILE.format(mode=self.compose)
         if self.center_keys and not (Path(self.rotation_dir) / mean_file).is_file():
             raise ValueError(f"center_keys needs {mean_file} in rotation_dir '{self.rotation_dir}' "
-                             f"(written by scripts/calibrate.py with quantizer.center_keys=true).")
+                             f"(scripts/calibrate.py writes it).")
 
     def check(self, model_config) -> None:
         super().check(model_config)
@@ -82,19 +82,21 @@ class OSCAR(UniformKVQuantizer):
     def _calibrated_dir(self, model, tokenizer) -> Path:
         from oscar.models import cache_root
         folder = cache_root() / "rotations" / self.artifact_key(model)
-        if not (folder / K_FILE.format(mode=self.compose)).exists():
+        if not all((folder / name).exists() for name in self._artifact_files()):
             self.calibrate(model, tokenizer, folder)
         return folder
+
+    def _artifact_files(self) -> list[str]:
+        """The files `prepare` reads (the key means only with center_keys)."""
+        files = [K_FILE.format(mode=self.compose), V_FILE.format(mode=self.compose)]
+        return files + [MEAN_FILE.format(mode=self.compose)] if self.center_keys else files
 
     def artifact_key(self, model) -> str:
         """Hash of (model config + a weight fingerprint, calibration settings, rotation config)."""
         first_q = next(m for m in model.modules() if hasattr(m, "q_proj")).q_proj.weight
-        settings = {"config": model.config.to_json_string(use_diff=False),
-                    "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
-                    "compose": self.compose, "value_target": self.value_target}
-        if self.center_keys:                    # keeps the hashes (cached folders) of uncentred runs unchanged
-            settings["center_keys"] = True
-        blob = json.dumps(settings, sort_keys=True)
+        blob = json.dumps({"config": model.config.to_json_string(use_diff=False),
+                           "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
+                           "compose": self.compose, "value_target": self.value_target}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def calibrate(self, model, tokenizer, folder: Path) -> None:
@@ -115,7 +117,6 @@ class OSCAR(UniformKVQuantizer):
             rot_v[layer_idx] = compose_rotation(u_v, eig_v[layer_idx], self.compose)
             means[layer_idx] = k.mean(dim=0) @ rot_k[layer_idx].to(k.dtype)   # [H_kv, D] in the R_K basis
         folder.mkdir(parents=True, exist_ok=True)
-        if self.center_keys:
-            save_key_means(folder / MEAN_FILE.format(mode=self.compose), means)
+        save_key_means(folder / MEAN_FILE.format(mode=self.compose), means)   # small; center_keys reuses the folder
         save_rotations(folder / K_FILE.format(mode=self.compose), rot_k, eig_k, f"qqt_{self.compose}")
         save_rotations(folder / V_FILE.format(mode=self.compose), rot_v, eig_v, f"sst_{self.compose}")

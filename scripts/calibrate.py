@@ -5,7 +5,7 @@
     python scripts/calibrate.py model=qwen3_8b quantizer.calibration.source=file quantizer.calibration.path=gpqa.txt
 
 The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ (k_rotation_qqt_<compose>.pt,
-v_rotation_sst_<compose>.pt, and key_mean_qqt_<compose>.pt with quantizer.center_keys=true), where `python run.py quantizer=oscar` finds them; pass
+v_rotation_sst_<compose>.pt, key_mean_qqt_<compose>.pt for quantizer.center_keys=true), where `python run.py quantizer=oscar` finds them; pass
 `quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as run.py.
 """
 import sys
@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
     for path in sorted(folder.glob("*_rotation_*.pt")):
         print(f"{path}  ({len(load_rotations(path))} layers)")
     for path in sorted(folder.glob("key_mean_*.pt")):
-        print(f"{path}  ({len(load_key_means(path))} layers, quantizer.center_keys=true)")
+        print(f"{path}  ({len(load_key_means(path))} layers, read with quantizer.center_keys=true)")
 
 
 if __name__ == "__main__":

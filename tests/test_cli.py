@@ -58,5 +58,6 @@ def test_calibrate_script_writes_rotationzoo_files(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     files = sorted((tmp_path / "rotations").glob("*/*.pt"))
-    assert [f.name for f in files] == ["k_rotation_qqt_r_h_pbr.pt", "v_rotation_sst_r_h_pbr.pt"]
+    assert [f.name for f in files] == ["k_rotation_qqt_r_h_pbr.pt", "key_mean_qqt_r_h_pbr.pt",
+                                       "v_rotation_sst_r_h_pbr.pt"]
     assert "(2 layers)" in proc.stdout

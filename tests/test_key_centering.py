@@ -1,4 +1,6 @@
 """`center_keys`: subtracting a per-channel key offset is exact for attention and helps INT2 keys."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -82,3 +84,22 @@ def test_center_keys_with_rotation_dir_needs_the_mean_file(tmp_path):
         build_quantizer("oscar", center_keys=True, rotation_dir=str(tmp_path))
     save_key_means(tmp_path / "key_mean_qqt_r_h_pbr.pt", {0: torch.zeros(2, 8)})
     assert build_quantizer("oscar", center_keys=True, rotation_dir=str(tmp_path)).center_keys
+
+
+def test_center_keys_reuses_the_calibrated_folder(tiny, tmp_path, monkeypatch):
+    """Toggling center_keys must not recalibrate identical rotations; a folder without the mean file is refilled."""
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    plain = build_quantizer("oscar", calibration={"budget": 256, "seq_len": 128})
+    plain.check(model.config)
+    plain.prepare(model, tok)
+    centred = build_quantizer("oscar", center_keys=True, calibration={"budget": 256, "seq_len": 128})
+    centred.check(model.config)
+    with monkeypatch.context() as patch:
+        patch.setattr(type(centred), "calibrate", lambda *args: pytest.fail("calibrated the same rotations twice"))
+        centred.prepare(model, tok)
+    assert centred.artifact_dir == plain.artifact_dir and centred.key_means
+    mean_file = next(Path(centred.artifact_dir).glob("key_mean_*.pt"))
+    mean_file.unlink()
+    centred.prepare(model, tok)
+    assert mean_file.is_file()
