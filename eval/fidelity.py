@@ -19,7 +19,7 @@ from oscar.calibrate import calibration_text, capture_activations
 METRICS = ("k_mse", "v_mse", "logit_mse", "attn_kl", "attn_output_rel_err")
 
 
-def _quantized(quantizer, x: torch.Tensor, spec) -> torch.Tensor:
+def quantize_dequantize(quantizer, x: torch.Tensor, spec) -> torch.Tensor:
     """Quantize-dequantize x [T, H, D] (tokens first, as captured) with the quantizer's spec."""
     if spec is None:
         return x
@@ -55,8 +55,8 @@ def layer_errors(module, quantizer, layer_idx, cap) -> dict[str, float]:
         start += n
         v = v_rot @ r_v.T if r_v is not None else v_rot
         q_r, k_r = (q @ r_k, k @ r_k) if r_k is not None else (q, k)
-        k_hat = _quantized(quantizer, k_r - shift, quantizer.key_spec) + shift
-        v_hat = _quantized(quantizer, v_rot, quantizer.value_spec)
+        k_hat = quantize_dequantize(quantizer, k_r - shift, quantizer.key_spec) + shift
+        v_hat = quantize_dequantize(quantizer, v_rot, quantizer.value_spec)
         logits, probs, out = _attention(q, k, v, cap.scaling)
         logits_q, probs_q, out_q = _attention(q_r, k_hat, v_hat, cap.scaling)
         if r_v is not None:

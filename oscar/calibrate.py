@@ -17,6 +17,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from oscar.seam import unrotate_output
+
 CAPTURE_ATTN = "kvq_capture"
 CALIBRATION_FRACTION = 0.7
 
@@ -65,7 +67,6 @@ class Capture:
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Record q/k/v, then attend as the model does; with the seam installed (v_proj folded, e.g. for
     task=fidelity) the output is mapped back from the R_V basis, or every later layer would see wrong inputs."""
-    from oscar.seam import unrotate_output
     if Capture.active is not None:
         Capture.active.record(module, query, key, value, scaling)
     out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,

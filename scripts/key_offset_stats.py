@@ -5,7 +5,8 @@
 
 Keys are captured post-RoPE on the held-out essays (as task=fidelity does) and taken into the
 quantizer's key basis. Per quantized layer it prints the fraction of key energy in
-  global_mean  the per-channel mean over all tokens (what `center_keys` removes; exact for attention)
+  global_mean  a per-channel mean over all tokens (what `center_keys` removes; exact for attention):
+               for oscar the calibrated one (from the other 70 % of the essays), else these tokens' own
   block_mean   per-channel means over 128-token blocks of positions (an offset that drifts with position)
 and the INT2 key MSE with no centring, centred on the calibrated mean (`center_keys`), and centred on
 the block means (an oracle: not exact for attention, shown for scale).
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eval.fidelity import quantize_dequantize  # noqa: E402
 from oscar.calibrate import calibration_text, capture_activations  # noqa: E402
 from oscar.models import load_model  # noqa: E402
 from oscar.pipeline import resolve_device  # noqa: E402
@@ -39,9 +41,8 @@ def block_means(keys: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:
 
 
 def int2_key_mse(quantizer, keys: torch.Tensor, offset) -> float:
-    """MSE of quantize(keys - offset) + offset against keys; keys [T, H, D] -> rows [H, T, D]."""
-    rows = (keys - offset).transpose(0, 1)
-    restored = quantizer.dequantize(quantizer.quantize(rows, quantizer.key_spec)).transpose(0, 1) + offset
+    """MSE of quantize(keys - offset) + offset against keys [T, H, D] (as task=fidelity quantizes them)."""
+    restored = quantize_dequantize(quantizer, keys - offset, quantizer.key_spec) + offset
     return (restored - keys).pow(2).mean().item()
 
 
