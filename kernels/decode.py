@@ -50,6 +50,7 @@ class DecodeConfig:
     num_stages: int = 3
     programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it for larger batches)
     min_split_tiles: int = 4  # never split below this many tiles per program
+    maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
 
 
 def default_config(head_dim: int, on_gpu: bool) -> DecodeConfig:
@@ -427,6 +428,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         K_OFFSET=_key_offset(k_spec, head_dim, on_gpu),
         BLOCK_R=max(16, triton.next_power_of_2(n_rows)), BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
         FP16=on_gpu, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
     )
     _decode_stage2_kernel[(batch * kv_heads, n_rows)](
         part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],

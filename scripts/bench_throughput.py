@@ -153,7 +153,7 @@ def max_batch(bytes_per_token: float, ctx: int, budget_gb: float, weights_bytes:
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    cols = list(rows[0])
+    cols = [c for c in rows[0] if not isinstance(rows[0][c], list)]  # per-kernel lists stay in the JSON
     lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)

@@ -35,6 +35,7 @@ def test_step_profile_splits_gpu_time_by_kernel_kind():
                                 ev("elementwise", 250), ev("aten::mm", 9000, DeviceType.CPU)])
     assert split["gpu_attn_ms"] == 0.5 and split["gpu_gemm_ms"] == 1.5 and split["gpu_other_ms"] == 0.25
     assert split["gpu_ms"] == 2.25 and split["kernels"] == 3          # CPU-side ops are not counted
+    assert split["top_kernels"] == [["sm90_xmma_gemm", 1.5], ["_decode_stage1_kernel", 0.5], ["elementwise", 0.25]]
 
 
 def test_bench_throughput_profile_mode_reports_the_split(tmp_path):

@@ -81,6 +81,14 @@ def test_split_count_does_not_change_the_result():
     assert (one - many).abs().max().item() < TOL
 
 
+def test_register_cap_config_matches_reference():
+    """DecodeConfig.maxnreg (the sweep's register cap) reaches the GPU launch only; results stay the reference's."""
+    from kernels.decode import DecodeConfig
+    args, kw = make_inputs(1, 4, 1, 1, 128, 200, 9, INT2[128], INT2[128], seed=2)
+    out = decode_attention(*args, **kw, config=DecodeConfig(block_n=64, block_f=32, num_stages=1, maxnreg=128))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def _replace(args, index, value):
     return args[:index] + (value,) + args[index + 1:]
 
