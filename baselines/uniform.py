@@ -16,6 +16,7 @@ from oscar.quantizer import KVQuantizer
 from oscar.rotation import block_hadamard, hadamard
 
 ROTATIONS = ("none", "hadamard", "block_hadamard")
+ROTATION_DTYPES = ("float32", "model")   # fp32 GEMMs (exact), or bf16 ones as released (METHOD_OSCAR §8)
 PAPER_HEAD_DIM = 128      # BPE before a model is known is reported for the paper's head_dim
 
 
@@ -23,10 +24,14 @@ class UniformKVQuantizer(KVQuantizer):
     name = "uniform"
 
     def __init__(self, key: dict, value: dict, sink: int = 0, recent: int = 0, page: int = 8,
-                 rotation: str = "none", rotation_block: int = 16, rotate_values: bool = True, **options):
+                 rotation: str = "none", rotation_block: int = 16, rotate_values: bool = True,
+                 rotation_dtype: str = "float32", **options):
         super().__init__(key=key, value=value, sink=sink, recent=recent, page=page, rotation=rotation, **options)
         if rotation not in ROTATIONS:
             raise ValueError(f"rotation must be one of {ROTATIONS}, got '{rotation}'.")
+        if rotation_dtype not in ROTATION_DTYPES:
+            raise ValueError(f"rotation_dtype must be one of {ROTATION_DTYPES}, got '{rotation_dtype}'.")
+        self.rotation_dtype = rotation_dtype
         self.key_options, self.value_options = dict(key), dict(value)
         self.sink_tokens, self.recent_tokens, self.page_tokens = int(sink), int(recent), int(page)
         self.rotation_kind, self.rotation_block, self.rotate_values = rotation, int(rotation_block), rotate_values

@@ -100,10 +100,11 @@ class ThreeRegionLayer(DynamicLayer):
 
     is_sliding = False
 
-    def __init__(self, quantizer, layer_idx: int, use_kernels: bool = False):
+    def __init__(self, quantizer, layer_idx: int, use_kernels: bool = False, step_memo: dict | None = None):
         super().__init__()
         self.quantizer, self.layer_idx = quantizer, layer_idx
         self.use_kernels = use_kernels and quantizer.stores_codes
+        self.step_memo = {} if step_memo is None else step_memo   # shared by a cache's layers (decode_lengths)
         self.n_tokens = 0
         self.n_sink = 0
         self.history_k = self.history_v = None
@@ -115,10 +116,11 @@ class ThreeRegionLayer(DynamicLayer):
     # ---------------------------------------------------------------- transformers' layer API
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
+        rotation_dtype = self.dtype if self.quantizer.rotation_dtype == "model" else torch.float32
         if self.key_rotation is not None:            # moved once here, not on every decode step
-            self.key_rotation = self.key_rotation.to(self.device)
+            self.key_rotation = self.key_rotation.to(self.device, rotation_dtype)
         if self.key_offset is not None:
-            self.key_offset = self.key_offset.to(self.device)
+            self.key_offset = self.key_offset.to(self.device, rotation_dtype)
         self.keys = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])   # full-precision rows
         self.values = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
         if self.quantizer.stores_codes:
@@ -158,15 +160,16 @@ class ThreeRegionLayer(DynamicLayer):
 
     def reset(self) -> None:
         self.n_tokens = self.n_sink = 0
+        self.step_memo.clear()
         self.history_k = self.history_v = None
         super().reset()
 
     # ---------------------------------------------------------------- regions
     def transform_keys(self, key_states: torch.Tensor) -> torch.Tensor:
-        """k @ R_K - m (each part only if the quantizer has it); [B, H_kv, T, D] in and out."""
+        """k @ R_K - m (each part only if the quantizer has it) in the rotation dtype; [B, H_kv, T, D] in and out."""
         if self.key_rotation is None and self.key_offset is None:
             return key_states
-        keys = key_states.float()
+        keys = key_states.to((self.key_rotation if self.key_rotation is not None else self.key_offset).dtype)
         if self.key_rotation is not None:
             keys = keys @ self.key_rotation
         if self.key_offset is not None:
@@ -209,6 +212,22 @@ class ThreeRegionLayer(DynamicLayer):
         hist_start = (pad - self.n_sink).clamp(0, n_hist)
         fp_start = torch.where(pad <= self.n_sink, pad, self.n_sink + (pad - self.n_sink - n_hist).clamp_min(0))
         return hist_start.to(torch.int32), fp_start.to(torch.int32)
+
+    def decode_lengths(self, attention_mask, device) -> tuple[torch.Tensor, ...]:
+        """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
+
+        Every full-attention layer of a step has the same regions and gets the same mask object, so the
+        first layer builds these small tensors and the others reuse them (14 fewer tensor ops per layer and
+        step with a padding mask, 3 without).
+        """
+        batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
+        key = (self.n_tokens, self.n_sink, self.history_length, n_fp, batch, id(attention_mask), str(device))
+        if self.step_memo.get("key") != key:
+            hist_start, fp_start = self.sequence_starts(attention_mask)
+            hist_len = torch.full((batch,), self.history_length, dtype=torch.int32, device=device)
+            fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
+            self.step_memo.update(key=key, mask=attention_mask, lengths=(hist_len, fp_len, hist_start, fp_start))
+        return self.step_memo["lengths"]
 
     @property
     def history_length(self) -> int:

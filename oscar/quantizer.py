@@ -40,6 +40,7 @@ class KVQuantizer:
     recent_tokens: int = 0
     page_tokens: int = 8            # demotion granularity during decode (METHOD_OSCAR §7.3)
     metadata_bits: int = 16         # bits of one scale or zero as stored
+    rotation_dtype: str = "float32"  # runtime rotations in fp32, or "model": in the activations' dtype (as released)
 
     def __init__(self, **options):
         self.options = options

@@ -39,7 +39,8 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     """
     if isinstance(key, KVView):
         if key.layer.key_rotation is not None:
-            query = (query.float() @ key.layer.key_rotation).to(query.dtype)    # R_K lives on the cache device
+            r_k = key.layer.key_rotation                                          # on the cache device, rotation dtype
+            query = (query.to(r_k.dtype) @ r_k).to(query.dtype)
         if key.keys is None:
             out = kernel_decode(key.layer, query, attention_mask, scaling)
             return unrotate_output(module, out), None
@@ -53,10 +54,7 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     """Triton split-K decode over [sink | packed history | recent]; query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     from kernels.decode import decode_attention
     hist_k, hist_v = layer.history_k, layer.history_v
-    batch, n_fp = layer.keys.shape[0], layer.keys.shape[-2]
-    hist_start, fp_start = layer.sequence_starts(attention_mask)
-    hist_len = torch.full((batch,), hist_k.length, dtype=torch.int32, device=query.device)
-    fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=query.device)
+    hist_len, fp_len, hist_start, fp_start = layer.decode_lengths(attention_mask, query.device)
     out = decode_attention(query, hist_k.view("codes"), hist_k.view("scale"), hist_k.view("zero"),
                            hist_v.view("codes"), hist_v.view("scale"), hist_v.view("zero"), layer.keys, layer.values,
                            hist_len, fp_len, hist_start, fp_start, sm_scale=scaling,
@@ -66,10 +64,10 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
 
 def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:
     """Map the attention output back from the R_V basis (v_proj was folded): out @ R_V^T."""
-    r_v = getattr(module, "_kvq_value_rotation", None)
-    if r_v is None:
+    r_v_t = getattr(module, "_kvq_output_rotation", None)                # R_V^T in the rotation dtype
+    if r_v_t is None:
         return out
-    return (out.float() @ r_v.T.to(out.device)).to(out.dtype)
+    return (out.to(r_v_t.dtype) @ r_v_t).to(out.dtype)
 
 
 AttentionInterface.register(ATTN_NAME, kvq_attention)
@@ -82,8 +80,11 @@ def attention_modules(model) -> list[torch.nn.Module]:
     return sorted(found, key=lambda m: m.layer_idx)
 
 
-def fold_value_rotation(module, rotation: torch.Tensor) -> torch.Tensor:
-    """v_proj <- per KV head R^T W_h (and b_h R) in fp32, so v' = v @ R; returns the original weight."""
+def fold_value_rotation(module, rotation: torch.Tensor, runtime_dtype: str = "float32") -> torch.Tensor:
+    """v_proj <- per KV head R^T W_h (and b_h R) in fp32, so v' = v @ R; returns the original weight.
+
+    Also keeps R (fp32, for analysis) and R^T in the runtime rotation dtype for `unrotate_output`.
+    """
     proj, d = module.v_proj, rotation.shape[0]
     original = proj.weight.data.clone()
     rot = rotation.to(torch.float32).to(proj.weight.device)
@@ -93,6 +94,8 @@ def fold_value_rotation(module, rotation: torch.Tensor) -> torch.Tensor:
         module._kvq_bias_backup = proj.bias.data.clone()
         proj.bias.data.copy_((proj.bias.data.float().view(-1, d) @ rot).reshape_as(proj.bias))
     module._kvq_value_rotation = rot
+    out_dtype = proj.weight.dtype if runtime_dtype == "model" else torch.float32
+    module._kvq_output_rotation = rot.T.contiguous().to(out_dtype)
     return original
 
 
@@ -127,12 +130,12 @@ class Seam:
         (or the quantizer's own cache, e.g. transformers' QuantizedCache)."""
         if hasattr(self.quantizer, "build_cache"):
             return self.quantizer.build_cache(self.model)
-        layers = []
+        layers, step_memo = [], {}
         for idx, kind in enumerate(self.layer_types()):
             if kind == "sliding_attention":
                 layers.append(DynamicSlidingWindowLayer(sliding_window=self.model.config.sliding_window))
             else:
-                layers.append(ThreeRegionLayer(self.quantizer, idx, use_kernels=self.use_kernels))
+                layers.append(ThreeRegionLayer(self.quantizer, idx, use_kernels=self.use_kernels, step_memo=step_memo))
         return Cache(layers=layers)
 
     def apply(self) -> "Seam":
@@ -145,7 +148,7 @@ class Seam:
                 continue                      # sliding layers stay full precision and unrotated
             rotation = self.quantizer.value_rotation(module.layer_idx)
             if rotation is not None:
-                self._weights[module.layer_idx] = fold_value_rotation(module, rotation)
+                self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
         self.model.set_attn_implementation(ATTN_NAME)
         return self
 
@@ -156,8 +159,9 @@ class Seam:
                 if hasattr(module, "_kvq_bias_backup"):
                     module.v_proj.bias.data.copy_(module._kvq_bias_backup)
                     del module._kvq_bias_backup
-            if hasattr(module, "_kvq_value_rotation"):
-                del module._kvq_value_rotation
+            for attr in ("_kvq_value_rotation", "_kvq_output_rotation"):
+                if hasattr(module, attr):
+                    delattr(module, attr)
         self._weights.clear()
         self.model.set_attn_implementation(self.previous_impl)
 

@@ -49,3 +49,15 @@ def test_bench_throughput_profile_mode_reports_the_split(tmp_path):
     assert [r["quantizer"] for r in rows] == ["bf16", "naive_int2"]
     assert all(r["wall_ms"] > 0 and "gpu_attn_ms" in r for r in rows)
     assert "Same memory budget" not in proc.stdout
+
+
+def test_count_step_ops_runs_and_model_dtype_rotations_drop_the_casts():
+    env = dict(os.environ, TRITON_INTERPRET="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "scripts/count_step_ops.py", "--layers", "2", "--ctx", "640",
+                           "--quantizers", "bf16,oscar,oscar:model"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in proc.stdout.splitlines()
+            if line.startswith("| ") and line.split("|")[2].strip().isdigit()}
+    assert set(rows) == {"bf16", "oscar", "oscar:model"}
+    assert rows["bf16"] < rows["oscar:model"] < rows["oscar"]   # bf16 model: fp32 rotations cast q, k and out there and back

@@ -57,3 +57,44 @@ def test_unsupported_architecture_is_refused_by_name():
     from oscar.seam import check_architecture
     with pytest.raises(ValueError, match="'gpt2' is not supported"):
         check_architecture(GPT2Config())
+
+
+def _teacher_forced_logits(model, ids, cache=None, prompt_len=12):
+    """Last-position logits of a prefill of ids[:, :prompt_len], then of each later token fed one at a time."""
+    kwargs = {} if cache is None else {"past_key_values": cache}
+    with torch.inference_mode():
+        out = model(input_ids=ids[:, :prompt_len], use_cache=True, **kwargs)
+        logits, cache = [out.logits[:, -1].float()], out.past_key_values
+        for t in range(prompt_len, ids.shape[1]):
+            out = model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            logits.append(out.logits[:, -1].float())
+    return torch.stack(logits)                                                    # [steps, B, vocab]
+
+
+@pytest.mark.parametrize("rotation_dtype", ["float32", "model"])
+def test_rotations_alone_keep_stock_logits_in_bf16(tiny, rotation_dtype):
+    """A rotation on q/k and folded into v, nothing quantized (all tokens stay in the recent window): the bf16
+    model's logits stay the stock ones up to bf16 rounding, with the runtime rotations in fp32 or in bf16."""
+    model, tok = tiny("qwen3")
+    model = model.to(torch.bfloat16)
+    ids = tok(PROMPTS[:1], return_tensors="pt")["input_ids"][:, :24]
+    stock = _teacher_forced_logits(model, ids)
+    quantizer = build_quantizer("quarot_int2", recent=4096, rotation_dtype=rotation_dtype)
+    quantizer.check(model.config)
+    head_dim = quantizer._rotation.shape[0]      # a dense random basis: unlike a Hadamard, not exact in bf16
+    quantizer._rotation = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=torch.Generator().manual_seed(0),
+                                                      dtype=torch.float64))[0].float()
+    expected = torch.bfloat16 if rotation_dtype == "model" else torch.float32
+    with install(model, quantizer) as seam:
+        cache = seam.new_cache()
+        ours = _teacher_forced_logits(model, ids, cache)
+        layer = cache.layers[0]
+        assert layer.history_length == 0 and layer.key_rotation.dtype == expected
+        assert seam.modules[0]._kvq_output_rotation.dtype == expected
+    rel = ((ours - stock).norm(dim=-1) / stock.norm(dim=-1)).max().item()
+    assert rel < 0.05, f"logits moved by {rel:.3f} relative"
+
+
+def test_unknown_rotation_dtype_is_refused():
+    with pytest.raises(ValueError, match="rotation_dtype must be one of"):
+        build_quantizer("oscar", rotation_dtype="float16")

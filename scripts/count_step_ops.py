@@ -1,0 +1,132 @@
+"""Count the tensor ops one decode step issues, per quantizer: a CPU proxy for GPU kernel launches.
+
+On a GPU a batch-1 decode step is bound by the host (results/bench/bench_throughput_profile.md), so every
+op the seam adds per layer costs launch time. This counts, on CPU, the ops that would launch a kernel
+(views, allocations and no-op casts excluded; each Triton call counted as its launches) for one decode
+step of a small Qwen3 config with the cache filled like scripts/bench_throughput.py fills it:
+
+    TRITON_INTERPRET=1 python scripts/count_step_ops.py                      # bf16 model, 4 layers
+    TRITON_INTERPRET=1 python scripts/count_step_ops.py --quantizers bf16,oscar,oscar:model
+
+`name:model` sets rotation_dtype=model for that quantizer. Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_throughput as bench  # noqa: E402
+import kernels.decode  # noqa: E402
+import kernels.quant  # noqa: E402
+from oscar.quantizer import build_quantizer  # noqa: E402
+from oscar.seam import install  # noqa: E402
+
+NO_KERNEL = {"view", "_unsafe_view", "slice", "transpose", "t", "expand", "select", "unsqueeze", "squeeze",
+             "permute", "as_strided", "alias", "detach", "empty", "new_empty", "empty_strided", "split", "unbind",
+             "split_with_sizes", "lift_fresh", "_reshape_alias", "reshape", "numpy_T"}
+TRITON_LAUNCHES = {"decode_attention": 2, "quantize_pack": 1}   # stage 1 + stage 2; one write launch
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts dispatched ops by name, skipping those that launch no kernel; pausable around Triton calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts, self.paused = Counter(), False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        no_op_cast = name == "to" and args and out is args[0]
+        if not self.paused and name not in NO_KERNEL and not no_op_cast:
+            self.counts[name] += 1
+        return out
+
+
+@contextmanager
+def triton_calls_counted(counter: OpCounter):
+    """Inside: each Triton entry point counts as its launches, and the ops of the interpreter itself are not counted."""
+    originals = {name: getattr(kernels.decode if name == "decode_attention" else kernels.quant, name)
+                 for name in TRITON_LAUNCHES}
+
+    def wrap(name, fn):
+        def call(*args, **kwargs):
+            counter.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                counter.paused = False
+                counter.counts[f"triton:{name}"] += TRITON_LAUNCHES[name]
+        return call
+
+    for name, fn in originals.items():
+        setattr(kernels.decode if name == "decode_attention" else kernels.quant, name, wrap(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(kernels.decode if name == "decode_attention" else kernels.quant, name, fn)
+
+
+def count_step(model, cache, ctx: int) -> Counter:
+    """Ops of the decode step at position ctx + 1 (one warm-up step at ctx first)."""
+    bench._one_step(model, cache, 1, ctx, "cpu")
+    counter = OpCounter()
+    with triton_calls_counted(counter), counter:
+        bench._one_step(model, cache, 1, ctx + 1, "cpu")
+    return counter.counts
+
+
+def ops_for(model, spec: str, ctx: int, dtype) -> Counter:
+    """spec: a quantizer name, optionally ':model' for rotation_dtype=model."""
+    from transformers import DynamicCache
+    name, _, rotation_dtype = spec.partition(":")
+    if name == "bf16":
+        cache = DynamicCache(config=model.config)
+        bench.fill_dynamic(cache, model.config, 1, ctx, "cpu", dtype)
+        return count_step(model, cache, ctx)
+    quantizer = build_quantizer(name, **({"rotation_dtype": rotation_dtype} if rotation_dtype else {}))
+    quantizer.check(model.config)
+    if name == "oscar":     # random orthogonal stand-ins, as in bench_throughput
+        head_dim = model.config.head_dim
+        rot = torch.linalg.qr(torch.randn(head_dim, head_dim, dtype=torch.float64))[0].float()
+        quantizer.rotations_k = quantizer.rotations_v = {i: rot for i in range(model.config.num_hidden_layers)}
+    with install(model, quantizer, kernels="triton") as seam:
+        cache = seam.new_cache()
+        bench.fill_three_region(cache, model.config, 1, ctx, "cpu", dtype)
+        return count_step(model, cache, ctx)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quantizers", default="bf16,naive_int2,kivi2,oscar,oscar:model")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--ctx", type=int, default=1152)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("Set TRITON_INTERPRET=1: the seam's kernel path runs under the Triton interpreter here.")
+    bench.CONFIGS["count"] = dict(bench.CONFIGS["tiny"], num_hidden_layers=args.layers)
+    dtype = getattr(torch, args.dtype)
+    model = bench.build_model("count", "cpu", dtype)
+    print(f"| quantizer | ops per step ({args.layers} layers, {args.dtype}, ctx {args.ctx}) | per layer | top ops |")
+    print("|---|---|---|---|")
+    for spec in args.quantizers.split(","):
+        counts = ops_for(model, spec, args.ctx, dtype)
+        total = sum(counts.values())
+        top = ", ".join(f"{k} {v}" for k, v in counts.most_common(8))
+        print(f"| {spec} | {total} | {total / args.layers:.2f} | {top} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
