@@ -115,8 +115,23 @@ def time_steps(model, cache, batch: int, ctx: int, steps: int, device) -> float:
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
+def make_quantizer(spec: str, cfg):
+    """A quantizer from 'name' or 'name:model' (rotation_dtype=model), checked against cfg; OSCAR gets random
+    orthogonal stand-in rotations (speed does not depend on the basis)."""
+    name, _, rotation_dtype = spec.partition(":")
+    quantizer = build_quantizer(name, **({"rotation_dtype": rotation_dtype} if rotation_dtype else {}))
+    quantizer.check(cfg)
+    if name == "oscar":
+        rot = torch.linalg.qr(torch.randn(cfg.head_dim, cfg.head_dim, dtype=torch.float64))[0].float()
+        quantizer.rotations_k = quantizer.rotations_v = {i: rot for i in range(cfg.num_hidden_layers)}
+    return quantizer
+
+
 def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False) -> dict:
-    """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step)."""
+    """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step).
+
+    quantizer_name: bf16 (transformers' DynamicCache), a quantizer name, or 'name:model' (rotation_dtype=model).
+    """
     from transformers import DynamicCache
     cfg = model.config
     if device == "cuda":
@@ -129,11 +144,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         ms = time_steps(model, cache, batch, ctx, steps, device)
         split = profile_rows(lambda: _one_step(model, cache, batch, ctx, device)) if profile else {}
     else:
-        quantizer = build_quantizer(quantizer_name)
-        quantizer.check(cfg)
-        if quantizer_name == "oscar":      # random orthogonal stand-ins: speed does not depend on the basis
-            rot = torch.linalg.qr(torch.randn(cfg.head_dim, cfg.head_dim, dtype=torch.float64))[0].float()
-            quantizer.rotations_k = quantizer.rotations_v = {i: rot for i in range(cfg.num_hidden_layers)}
+        quantizer = make_quantizer(quantizer_name, cfg)
         with install(model, quantizer) as seam:
             cache = seam.new_cache()
             fill_three_region(cache, cfg, batch, ctx, device, dtype)

@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_throughput as bench  # noqa: E402
 import kernels.decode  # noqa: E402
 import kernels.quant  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
 from oscar.seam import install  # noqa: E402
 
 NO_KERNEL = {"view", "_unsafe_view", "slice", "transpose", "t", "expand", "select", "unsqueeze", "squeeze",
@@ -90,17 +89,11 @@ def count_step(model, cache, ctx: int) -> Counter:
 def ops_for(model, spec: str, ctx: int, dtype) -> Counter:
     """spec: a quantizer name, optionally ':model' for rotation_dtype=model."""
     from transformers import DynamicCache
-    name, _, rotation_dtype = spec.partition(":")
-    if name == "bf16":
+    if spec == "bf16":
         cache = DynamicCache(config=model.config)
         bench.fill_dynamic(cache, model.config, 1, ctx, "cpu", dtype)
         return count_step(model, cache, ctx)
-    quantizer = build_quantizer(name, **({"rotation_dtype": rotation_dtype} if rotation_dtype else {}))
-    quantizer.check(model.config)
-    if name == "oscar":     # random orthogonal stand-ins, as in bench_throughput
-        head_dim = model.config.head_dim
-        rot = torch.linalg.qr(torch.randn(head_dim, head_dim, dtype=torch.float64))[0].float()
-        quantizer.rotations_k = quantizer.rotations_v = {i: rot for i in range(model.config.num_hidden_layers)}
+    quantizer = bench.make_quantizer(spec, model.config)
     with install(model, quantizer, kernels="triton") as seam:
         cache = seam.new_cache()
         bench.fill_three_region(cache, model.config, 1, ctx, "cpu", dtype)
