@@ -217,8 +217,7 @@ class ThreeRegionLayer(DynamicLayer):
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
 
         Every full-attention layer of a step has the same regions and gets the same mask object, so the
-        first layer builds these small tensors and the others reuse them (14 fewer tensor ops per layer and
-        step with a padding mask, 3 without).
+        first layer builds these small tensors and the others reuse them (results/bench/step_ops.md).
         """
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
         key = (self.n_tokens, self.n_sink, self.history_length, n_fp, batch, id(attention_mask), str(device))

@@ -49,3 +49,29 @@ def test_unknown_kernel_mode_is_refused(tiny):
     with pytest.raises(ValueError, match="kernel mode"):
         with install(model, build_quantizer("bf16"), kernels="fast"):
             pass
+
+
+def test_decode_lengths_are_built_once_per_step_and_shared_by_layers(monkeypatch):
+    from oscar.cache import ThreeRegionLayer
+    quantizer = build_quantizer("naive_int2", recent=8, page=8)
+    memo = {}
+    layers = [ThreeRegionLayer(quantizer, i, step_memo=memo) for i in range(2)]
+    rows = torch.randn(2, 2, 40, 128)                                                # [B, H_kv, T, D]
+    for layer in layers:
+        layer.update(rows, rows)
+    mask = torch.ones(2, 1, 1, 41, dtype=torch.bool)
+    mask[1, ..., :5] = False                                                         # second sequence left-padded
+    calls = []
+    original = ThreeRegionLayer.sequence_starts
+    monkeypatch.setattr(ThreeRegionLayer, "sequence_starts", lambda self, m: calls.append(1) or original(self, m))
+    first, second = (layer.decode_lengths(mask, rows.device) for layer in layers)
+    assert len(calls) == 1 and all(a is b for a, b in zip(first, second))
+    hist_start, fp_start = original(layers[1], mask)
+    assert torch.equal(first[2], hist_start) and torch.equal(first[3], fp_start)
+    assert first[0].tolist() == [layers[1].history_length] * 2 and first[1].tolist() == [layers[1].keys.shape[-2]] * 2
+    one = rows[..., :1, :]
+    for layer in layers:                                                             # next step: rebuilt once
+        layer.update(one, one)
+    mask = torch.cat([mask, mask[..., -1:]], dim=-1)
+    third = layers[0].decode_lengths(mask, rows.device)
+    assert len(calls) == 2 and third[1].tolist() == [layers[0].keys.shape[-2]] * 2
