@@ -45,9 +45,40 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
             out = kernel_decode(key.layer, query, attention_mask, scaling)
             return unrotate_output(module, out), None
         key, value = key.keys, key.values
-    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
-                                    scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
+    window = getattr(module, "sliding_window", None)
+    if window and _windowed_prefill_applies(query, key, attention_mask, window):
+        out = windowed_sdpa(module, query, key, value, attention_mask, window,
+                            scaling=scaling, dropout=dropout, **kwargs)
+    else:
+        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
+                                        scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
     return unrotate_output(module, out), None
+
+
+def _windowed_prefill_applies(query, key, attention_mask, window: int) -> bool:
+    """A long chunk over a sliding-window layer with an explicit [.., T_q, T_kv] mask (the mask hides the rest)."""
+    t_q, t_kv = query.shape[-2], key.shape[-2]
+    return (t_q > 2 * window and isinstance(attention_mask, torch.Tensor)
+            and tuple(attention_mask.shape[-2:]) == (t_q, t_kv))
+
+
+def windowed_sdpa(module, query, key, value, attention_mask, window: int, **kwargs) -> torch.Tensor:
+    """Sliding-window attention in query chunks of `window` rows, each over the keys its window can reach.
+
+    A query at position p sees keys in (p - window, p]; the mask still decides, so the result is the full
+    masked SDPA's up to summation order, at O(T * window) instead of O(T^2) cost (the CPU SDPA kernel does
+    not skip masked blocks). query [B, H_q, T_q, D], key/value [B, H_kv, T_kv, D] -> [B, T_q, H_q, D].
+    """
+    t_q, t_kv = query.shape[-2], key.shape[-2]
+    offset = t_kv - t_q                                                # keys before the first query
+    outs = []
+    for q0 in range(0, t_q, window):
+        q1 = min(q0 + window, t_q)
+        k0, k1 = max(0, offset + q0 - window), offset + q1
+        out, _ = sdpa_attention_forward(module, query[..., q0:q1, :], key[..., k0:k1, :], value[..., k0:k1, :],
+                                        attention_mask[..., q0:q1, k0:k1], **kwargs)
+        outs.append(out)                                                          # [B, q1 - q0, H_q, D]
+    return torch.cat(outs, dim=1)
 
 
 def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:

@@ -61,3 +61,13 @@ def test_count_step_ops_runs_and_model_dtype_rotations_drop_the_casts():
             if line.startswith("| ") and line.split("|")[2].strip().isdigit()}
     assert set(rows) == {"bf16", "oscar", "oscar:model"}
     assert rows["bf16"] < rows["oscar:model"] < rows["oscar"]   # bf16 model: fp32 rotations cast q, k and out there and back
+
+
+def test_time_prefill_runs_on_the_offline_gemma_and_both_paths_agree():
+    proc = subprocess.run([sys.executable, "scripts/time_prefill.py", "--ctx", "1100", "--repeats", "1"], cwd=ROOT,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = [line for line in proc.stdout.splitlines() if line.startswith("| gemma3_270m")]
+    assert len(row) == 1
+    max_logit_diff = float(row[0].split("|")[8])
+    assert max_logit_diff < 0.1                          # windowed (1100 > 2 x 512 rows) vs one full-mask SDPA

@@ -98,3 +98,44 @@ def test_rotations_alone_keep_stock_logits_in_bf16(tiny, rotation_dtype):
 def test_unknown_rotation_dtype_is_refused():
     with pytest.raises(ValueError, match="rotation_dtype must be one of"):
         build_quantizer("oscar", rotation_dtype="float16")
+
+
+def test_windowed_prefill_equals_full_masked_sdpa():
+    """Chunked sliding-window SDPA == one masked SDPA, with earlier keys (T_kv > T_q), GQA and left padding."""
+    from types import SimpleNamespace
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from oscar.seam import windowed_sdpa
+    gen = torch.Generator().manual_seed(0)
+    batch, window, t_q, t_kv = 2, 8, 37, 45
+    query = torch.randn(batch, 4, t_q, 16, generator=gen)                         # [B, H_q, T_q, D]
+    key, value = (torch.randn(batch, 2, t_kv, 16, generator=gen) for _ in range(2))   # [B, H_kv, T_kv, D]
+    q_pos = torch.arange(t_kv - t_q, t_kv)[:, None]
+    k_pos = torch.arange(t_kv)[None, :]
+    mask = ((k_pos <= q_pos) & (k_pos > q_pos - window)).expand(batch, 1, t_q, t_kv).clone()
+    mask[1, ..., :11] = False                                                      # left padding of sequence 1
+    module = SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
+    full, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    chunked = windowed_sdpa(module, query, key, value, mask, window, scaling=0.25)
+    visible = mask[:, 0].any(-1)                                                    # rows with at least one key
+    torch.testing.assert_close(chunked[visible], full[visible], rtol=1e-5, atol=1e-5)
+
+
+def test_long_prompt_through_windowed_prefill_reproduces_stock_gemma3(tiny, monkeypatch):
+    import oscar.seam as seam_module
+    model, tok = tiny("gemma3")                                                    # sliding_window 16
+    calls = []
+    original = seam_module.windowed_sdpa
+    monkeypatch.setattr(seam_module, "windowed_sdpa", lambda *a, **k: calls.append(1) or original(*a, **k))
+    long_prompts = [PROMPTS[0] * 4, PROMPTS[1] * 3]
+    enc = tok(long_prompts, return_tensors="pt", padding=True)
+    assert enc["input_ids"].shape[1] > 2 * model.config.sliding_window and enc["attention_mask"][1, 0] == 0
+    kwargs = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True,
+                  return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
+    with torch.inference_mode():
+        stock = model.generate(**enc, **kwargs)
+        with install(model, build_quantizer("bf16")) as seam:
+            ours = model.generate(**enc, past_key_values=seam.new_cache(), **kwargs)
+    assert calls, "the windowed prefill did not run"
+    assert torch.equal(stock.sequences, ours.sequences)
+    for a, b in zip(stock.logits, ours.logits):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
