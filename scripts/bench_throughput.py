@@ -58,8 +58,12 @@ def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch
             torch.randn(shape, generator=gen, device=device, dtype=dtype))
 
 
+BF16_CACHES = ("bf16", "bf16_static")
+STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
+
+
 def fill_dynamic(cache, cfg, batch: int, ctx: int, device, dtype) -> None:
-    """BF16 rows straight into transformers' DynamicCache layers."""
+    """BF16 rows straight into transformers' own cache layers (DynamicCache or StaticCache)."""
     for idx in range(cfg.num_hidden_layers):
         k, v = _rows(cfg, batch, ctx, device, dtype, idx)
         cache.update(k, v, idx)
@@ -91,24 +95,33 @@ def kv_bytes(cache) -> int:
     return total
 
 
-def _one_step(model, cache, batch: int, ctx: int, device) -> None:
-    """One decode forward (a token per sequence) at position ctx; no timing."""
+def _positions(cache, batch: int, device) -> dict:
+    """position_ids [B, 1] and cache_position [1] of the next token, from the cache's length, computed on the
+    host before a timed call (a StaticCache keeps its length on the device; reading it here keeps the sync
+    out of the timing, as generate() does by passing cache_position)."""
+    pos = int(cache.get_seq_length())
+    return {"position_ids": torch.full((batch, 1), pos, device=device),
+            "cache_position": torch.tensor([pos], device=device)}
+
+
+def _one_step(model, cache, batch: int, device) -> None:
+    """One decode forward (a token per sequence) after the cache's last position; no timing."""
     ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
     with torch.inference_mode():
-        model(input_ids=ids, position_ids=torch.full((batch, 1), ctx, device=device), past_key_values=cache, use_cache=True)
+        model(input_ids=ids, past_key_values=cache, use_cache=True, **_positions(cache, batch, device))
 
 
-def time_steps(model, cache, batch: int, ctx: int, steps: int, device) -> float:
+def time_steps(model, cache, batch: int, steps: int, device) -> float:
     """Median ms of one decode step (forward of one token per sequence with the filled cache)."""
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
     times = []
     with torch.inference_mode():
-        for step in range(steps + 2):
-            pos = torch.full((batch, 1), ctx + step, device=device)
+        for _ in range(steps + 2):
+            positions = _positions(cache, batch, device)
             if device == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
@@ -130,26 +143,28 @@ def make_quantizer(spec: str, cfg):
 def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False) -> dict:
     """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step).
 
-    quantizer_name: bf16 (transformers' DynamicCache), a quantizer name, or 'name:model' (rotation_dtype=model).
+    quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
+    a quantizer name, or 'name:model' (rotation_dtype=model).
     """
-    from transformers import DynamicCache
+    from transformers import DynamicCache, StaticCache
     cfg = model.config
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated() if device == "cuda" else 0
-    if quantizer_name == "bf16":
-        cache = DynamicCache(config=cfg)
+    if quantizer_name in BF16_CACHES:
+        cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
+            StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
         fill_dynamic(cache, cfg, batch, ctx, device, dtype)
-        ms = time_steps(model, cache, batch, ctx, steps, device)
-        split = profile_rows(lambda: _one_step(model, cache, batch, ctx, device)) if profile else {}
+        ms = time_steps(model, cache, batch, steps, device)
+        split = profile_rows(lambda: _one_step(model, cache, batch, device)) if profile else {}
     else:
         quantizer = make_quantizer(quantizer_name, cfg)
         with install(model, quantizer) as seam:
             cache = seam.new_cache()
             fill_three_region(cache, cfg, batch, ctx, device, dtype)
-            ms = time_steps(model, cache, batch, ctx, steps, device)
-            split = profile_rows(lambda: _one_step(model, cache, batch, ctx, device)) if profile else {}
+            ms = time_steps(model, cache, batch, steps, device)
+            split = profile_rows(lambda: _one_step(model, cache, batch, device)) if profile else {}
     allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
            "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
@@ -174,7 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3_4b", choices=sorted(CONFIGS))
     parser.add_argument("--tiny", action="store_true", help="tiny config on CPU (smoke test)")
-    parser.add_argument("--quantizers", default="bf16,naive_int2,kivi2,oscar")
+    parser.add_argument("--quantizers", default="bf16,bf16_static,naive_int2,kivi2,oscar")
     parser.add_argument("--ctx", default="32768,102400")
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--steps", type=int, default=10)
@@ -200,9 +215,11 @@ def main() -> None:
         row = measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype) if run_batch else \
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})
-    bf16_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == "bf16"), None)
-    for r in budget_rows:
-        r["throughput_vs_bf16"] = round(r["tokens_per_s"] / bf16_tps, 2) if bf16_tps else None
+    for base in BF16_CACHES:                                       # ratio to each BF16 baseline that ran
+        base_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == base), None)
+        for r in budget_rows:
+            if base_tps:
+                r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_tps, 2)
     dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     stamp = datetime.date.today().isoformat()
     if os.environ.get("OUT"):

@@ -77,12 +77,14 @@ def triton_calls_counted(counter: OpCounter):
             setattr(kernels.decode if name == "decode_attention" else kernels.quant, name, fn)
 
 
-def count_step(model, cache, ctx: int) -> Counter:
-    """Ops of the decode step at position ctx + 1 (one warm-up step at ctx first)."""
-    bench._one_step(model, cache, 1, ctx, "cpu")
+def count_step(model, cache) -> Counter:
+    """Ops of the model's forward in the second decode step after the filled cache (the first one warms up;
+    the step's inputs are built before counting starts)."""
+    bench._one_step(model, cache, 1, "cpu")
+    ids, positions = torch.zeros((1, 1), dtype=torch.long), bench._positions(cache, 1, "cpu")
     counter = OpCounter()
-    with triton_calls_counted(counter), counter:
-        bench._one_step(model, cache, 1, ctx + 1, "cpu")
+    with triton_calls_counted(counter), counter, torch.inference_mode():
+        model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
     return counter.counts
 
 
@@ -92,12 +94,12 @@ def ops_for(model, spec: str, ctx: int, dtype) -> Counter:
     if spec == "bf16":
         cache = DynamicCache(config=model.config)
         bench.fill_dynamic(cache, model.config, 1, ctx, "cpu", dtype)
-        return count_step(model, cache, ctx)
+        return count_step(model, cache)
     quantizer = bench.make_quantizer(spec, model.config)
     with install(model, quantizer, kernels="triton") as seam:
         cache = seam.new_cache()
         bench.fill_three_region(cache, model.config, 1, ctx, "cpu", dtype)
-        return count_step(model, cache, ctx)
+        return count_step(model, cache)
 
 
 def main() -> None:
