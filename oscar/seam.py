@@ -21,6 +21,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from oscar.cache import KVView, ThreeRegionLayer
 
 ATTN_NAME = "kvq"
+WINDOWED_PREFILL = True   # sliding-window layers prefill in window-sized query chunks (windowed_sdpa); False: one masked SDPA
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama", "mistral", "gemma3_text", "gemma3")
 
 
@@ -46,7 +47,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
             return unrotate_output(module, out), None
         key, value = key.keys, key.values
     window = getattr(module, "sliding_window", None)
-    if window and _windowed_prefill_applies(query, key, attention_mask, window):
+    if WINDOWED_PREFILL and window and _windowed_prefill_applies(query, key, attention_mask, window):
         out = windowed_sdpa(module, query, key, value, attention_mask, window,
                             scaling=scaling, dropout=dropout, **kwargs)
     else:

@@ -110,6 +110,12 @@ def decode_inputs(batch: int, ctx: int, bits: int):
     return args, spec, nbytes
 
 
+def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None):
+    """A zero-argument INT decode call on fresh random inputs of one (batch, ctx, bits) point."""
+    args, spec, _ = decode_inputs(batch, ctx, bits)
+    return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+
+
 def bench_decode_point(batch: int, ctx: int, copy_tbs: float, sweep: list[DecodeConfig]) -> dict:
     """Time BF16 SDPA, INT2 and INT4 decode at one (batch, ctx)."""
     row = {"batch": batch, "ctx": ctx}
@@ -126,8 +132,7 @@ def bench_decode_point(batch: int, ctx: int, copy_tbs: float, sweep: list[Decode
         nbytes = _decode_bytes(batch, ctx, bits)
 
         def call(_, bits=bits, cfg=None):
-            args, spec, _ = decode_inputs(batch, ctx, bits)
-            return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+            return decode_call(batch, ctx, bits, cfg)
 
         ms = graph_ms(call, nbytes)
         tbs = nbytes / ms / 1e9

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import HEAD_DIM, _decode_bytes, copy_bandwidth, decode_inputs, graph_ms  # noqa: E402
+from bench_kernels import HEAD_DIM, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.reference import decode_attention_reference  # noqa: E402
 
@@ -43,12 +43,7 @@ def main() -> None:
         for block_n, warps, stages, maxnreg in GRID:
             cfg = DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages, maxnreg=maxnreg)
 
-            def call(_, cfg=cfg):
-                args, spec, _ = decode_inputs(batch, ctx, 2)
-                return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec,
-                                                config=cfg)
-
-            ms = graph_ms(call, nbytes)
+            ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
             tbs = nbytes / ms / 1e9
             print(f"| {batch} | {ctx} | {block_n} | {warps} | {stages} | {maxnreg} | {ms:.3f} | {tbs:.2f} | "
                   f"{tbs / copy_tbs:.0%} | {check(cfg):.1e} |", flush=True)

@@ -30,8 +30,8 @@ def load(model_name: str, dtype: str, device: str):
     return load_model(cfg.model, device).model
 
 
-def timed_prefill(model, seam, ids: torch.Tensor, windowed: bool, applies) -> tuple[float, torch.Tensor]:
-    seam_module._windowed_prefill_applies = applies if windowed else (lambda *args: False)
+def timed_prefill(model, seam, ids: torch.Tensor, windowed: bool) -> tuple[float, torch.Tensor]:
+    seam_module.WINDOWED_PREFILL = windowed
     start = time.perf_counter()
     logits = model(input_ids=ids, past_key_values=seam.new_cache(), logits_to_keep=1).logits   # [B, 1, vocab]
     if ids.is_cuda:
@@ -50,20 +50,19 @@ def main() -> None:
     args = parser.parse_args()
     model = load(args.model, args.dtype, args.device)
     ids = torch.randint(100, 20000, (args.batch, args.ctx), generator=torch.Generator().manual_seed(0)).to(args.device)
-    applies = seam_module._windowed_prefill_applies
     times = {False: [], True: []}
     try:
         with seam_module.install(model, build_quantizer("bf16")) as seam, torch.inference_mode():
             for _ in range(args.repeats):
                 for windowed in (False, True):
-                    seconds, logits = timed_prefill(model, seam, ids, windowed, applies)
+                    seconds, logits = timed_prefill(model, seam, ids, windowed)
                     times[windowed].append(seconds)
                     if windowed:
                         diff = (logits - full_logits).abs().max().item()
                     else:
                         full_logits = logits
     finally:
-        seam_module._windowed_prefill_applies = applies
+        seam_module.WINDOWED_PREFILL = True
     print("| model | dtype | ctx | batch | full-mask prefill s | windowed prefill s | speedup | max logit diff |")
     print("|---|---|---|---|---|---|---|---|")
     full, windowed = min(times[False]), min(times[True])
