@@ -230,8 +230,9 @@ def _check_inputs(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
                          f"{rotation.dtype} {tuple(rotation.shape)} on {rotation.device}.")
 
 
-def _output_shapes(x: torch.Tensor, spec: QuantSpec):
-    *lead, tokens, head_dim = x.shape
+def packed_shapes(shape, spec: QuantSpec) -> tuple[list[int], list[int]]:
+    """(codes shape, scale/zero shape) that quantizing rows of `shape` [..., T, D] per `spec` produces."""
+    *lead, tokens, head_dim = shape
     meta = [tokens, head_dim // spec.group] if spec.axis == "token" else [tokens // spec.group, head_dim]
     return [*lead, tokens, head_dim * spec.container_bits // 8], [*lead, *meta]
 
@@ -247,7 +248,7 @@ def _as_3d(t: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def _allocate_or_check(x, spec, out):
-    codes_shape, meta_shape = _output_shapes(x, spec)
+    codes_shape, meta_shape = packed_shapes(x.shape, spec)
     dtype = spec.torch_scale_dtype
     if out is None:
         return (x.new_empty(codes_shape, dtype=torch.uint8), x.new_empty(meta_shape, dtype=dtype),

@@ -63,6 +63,22 @@ class PackedHistory:
             self._push(key, part, rows.shape[-2])
         self.length += rows.shape[-2]
 
+    def allocate(self, like: torch.Tensor, tokens: int) -> None:
+        """Make the buffers hold `tokens` rows of the shape of `like` [B, H_kv, *, D] (kept rows are copied).
+
+        Gives an empty history its (empty) operands for the decode kernel, and a frozen cache its fixed storage.
+        """
+        from kernels.quant import packed_shapes
+        self.head_dim, self.dtype = like.shape[-1], getattr(self, "dtype", like.dtype)
+        codes_shape, meta_shape = packed_shapes((*like.shape[:-2], tokens, like.shape[-1]), self.spec)
+        dtypes = {"codes": torch.uint8, "scale": self.spec.torch_scale_dtype, "zero": self.spec.torch_scale_dtype}
+        for key, shape in (("codes", codes_shape), ("scale", meta_shape), ("zero", meta_shape)):
+            used = self.used.get(key, 0)
+            buf = like.new_zeros(shape, dtype=dtypes[key])
+            if used:
+                buf[..., :used, :] = self.buffers[key][..., :used, :]
+            self.buffers[key], self.used[key] = buf, used
+
     def reserve(self, tokens: int) -> None:
         """Size the buffers for `tokens` rows when they are first created (no doubling slack, e.g. benchmarks)."""
         self.reserved_tokens = tokens
@@ -95,6 +111,13 @@ class PackedHistory:
         return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers)
 
 
+def region_starts(pad: torch.Tensor, n_sink: int, n_hist: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(history_start, fp_start) [B] int32 of sequences whose first visible position is `pad` [B]."""
+    hist_start = (pad - n_sink).clamp(0, n_hist)
+    fp_start = torch.where(pad <= n_sink, pad, n_sink + (pad - n_sink - n_hist).clamp_min(0))
+    return hist_start.to(torch.int32), fp_start.to(torch.int32)
+
+
 class ThreeRegionLayer(DynamicLayer):
     """A full-attention cache layer laid out as sink | quantized history | recent."""
 
@@ -108,6 +131,7 @@ class ThreeRegionLayer(DynamicLayer):
         self.n_tokens = 0
         self.n_sink = 0
         self.history_k = self.history_v = None
+        self.static = None            # a StaticState once `oscar.static_cache.freeze` fixed the buffers
         r_k = quantizer.key_rotation(layer_idx)
         self.key_rotation = None if r_k is None else r_k.float()
         offset = quantizer.key_offset(layer_idx)
@@ -132,6 +156,8 @@ class ThreeRegionLayer(DynamicLayer):
         """Store new K/V [B, H_kv, T, D] (K rotated here) and return a view for the attention function."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.static is not None:
+            return self.static.write(self, self.transform_keys(key_states), value_states)
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
         decode = new <= KERNEL_MAX_QUERY_TOKENS
@@ -208,10 +234,7 @@ class ThreeRegionLayer(DynamicLayer):
         if attention_mask is None or attention_mask.dtype != torch.bool:
             return zeros, zeros
         pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).to(torch.int32)     # first visible position
-        n_hist = self.history_length
-        hist_start = (pad - self.n_sink).clamp(0, n_hist)
-        fp_start = torch.where(pad <= self.n_sink, pad, self.n_sink + (pad - self.n_sink - n_hist).clamp_min(0))
-        return hist_start.to(torch.int32), fp_start.to(torch.int32)
+        return region_starts(pad, self.n_sink, self.history_length)
 
     def decode_lengths(self, attention_mask, device) -> tuple[torch.Tensor, ...]:
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
@@ -219,6 +242,8 @@ class ThreeRegionLayer(DynamicLayer):
         Every full-attention layer of a step has the same regions and gets the same mask object, so the
         first layer builds these small tensors and the others reuse them (results/bench/step_ops.md).
         """
+        if self.static is not None:
+            return self.static.lengths
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
         key = (self.n_tokens, self.n_sink, self.history_length, n_fp, batch, id(attention_mask), str(device))
         if self.step_memo.get("key") != key:
@@ -227,6 +252,18 @@ class ThreeRegionLayer(DynamicLayer):
             fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
             self.step_memo.update(key=key, mask=attention_mask, lengths=(hist_len, fp_len, hist_start, fp_start))
         return self.step_memo["lengths"]
+
+    def kernel_operands(self) -> tuple[torch.Tensor, ...]:
+        """(k codes, k scale, k zero, v codes, v scale, v zero, fp keys, fp values) for the decode kernel.
+
+        A frozen cache hands over whole buffers: fixed shapes, read only up to the lengths on the device.
+        """
+        parts = []
+        for history in (self.history_k, self.history_v):
+            if not history.buffers:                  # no token demoted yet (a prompt shorter than sink + recent)
+                history.allocate(self.keys, 0)
+            parts += [history.buffers[k] if self.static else history.view(k) for k in ("codes", "scale", "zero")]
+        return (*parts, self.keys, self.values)
 
     @property
     def history_length(self) -> int:

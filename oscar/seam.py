@@ -85,12 +85,9 @@ def windowed_sdpa(module, query, key, value, attention_mask, window: int, **kwar
 def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     """Triton split-K decode over [sink | packed history | recent]; query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     from kernels.decode import decode_attention
-    hist_k, hist_v = layer.history_k, layer.history_v
-    hist_len, fp_len, hist_start, fp_start = layer.decode_lengths(attention_mask, query.device)
-    out = decode_attention(query, hist_k.view("codes"), hist_k.view("scale"), hist_k.view("zero"),
-                           hist_v.view("codes"), hist_v.view("scale"), hist_v.view("zero"), layer.keys, layer.values,
-                           hist_len, fp_len, hist_start, fp_start, sm_scale=scaling,
-                           k_spec=hist_k.spec, v_spec=hist_v.spec)                 # [B, H_q, T_q, D]
+    lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
+    out = decode_attention(query, *layer.kernel_operands(), *lengths, sm_scale=scaling,
+                           k_spec=layer.history_k.spec, v_spec=layer.history_v.spec)   # [B, H_q, T_q, D]
     return out.transpose(1, 2).contiguous()
 
 

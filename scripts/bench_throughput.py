@@ -4,6 +4,7 @@
     python scripts/bench_throughput.py --model qwen3_8b --ctx 100000 --batch 1 --budget-gb 70
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
     python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one decode step's time goes
+    python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
 
 The model is built from the real config with random bf16 weights (speed does not depend on the
 values). The cache is filled with synthetic K/V written through each quantizer's write path (the
@@ -31,6 +32,7 @@ from oscar.cache import ThreeRegionLayer  # noqa: E402
 from oscar.step_profile import profile_rows  # noqa: E402
 from oscar.quantizer import build_quantizer  # noqa: E402
 from oscar.seam import install  # noqa: E402
+from oscar.static_cache import DecodeStep, freeze  # noqa: E402
 
 CONFIGS = {  # the public Qwen3 configs (no weights needed)
     "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
@@ -59,6 +61,7 @@ def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch
 
 
 BF16_CACHES = ("bf16", "bf16_static")
+GRAPH_SUFFIX = "+graph"    # e.g. oscar+graph: frozen cache, decode step replayed as one CUDA graph
 STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
 
 
@@ -104,34 +107,56 @@ def _positions(cache, batch: int, device) -> dict:
             "cache_position": torch.tensor([pos], device=device)}
 
 
-def _one_step(model, cache, batch: int, device) -> None:
-    """One decode forward (a token per sequence) after the cache's last position; no timing."""
-    ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
-    with torch.inference_mode():
-        model(input_ids=ids, past_key_values=cache, use_cache=True, **_positions(cache, batch, device))
-
-
-def time_steps(model, cache, batch: int, steps: int, device) -> float:
-    """Median ms of one decode step (forward of one token per sequence with the filled cache)."""
+def eager_step(model, cache, batch: int, device):
+    """make_step() -> a call that runs one decode forward (a token per sequence) through `cache`."""
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
+
+    def make_step():
+        positions = _positions(cache, batch, device)                 # host-side inputs, outside the timing
+        return lambda: model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
+    return make_step
+
+
+def static_step(model, cache, batch: int, steps: int, device, graph: bool):
+    """make_step() for a frozen cache (oscar.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`."""
+    state = freeze(cache, steps + 2 + STATIC_SLACK)
+    decoder = DecodeStep(model, cache, state, graph=graph)
+    ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
+
+    def make_step():
+        positions = torch.full((batch, 1), state.n_tokens, device=device)
+        return lambda: decoder(ids, positions)
+    return make_step
+
+
+def time_steps(make_step, steps: int, device) -> float:
+    """Median ms of one decode step, after two untimed ones (compilation, graph capture)."""
     times = []
     with torch.inference_mode():
         for _ in range(steps + 2):
-            positions = _positions(cache, batch, device)
+            step = make_step()
             if device == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
+            step()
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
+def profiled(make_step) -> dict:
+    """Where one step's time goes (oscar.step_profile), for a step built like the timed ones."""
+    def run():
+        with torch.inference_mode():
+            make_step()()
+    return profile_rows(run)
+
+
 def make_quantizer(spec: str, cfg):
     """A quantizer from 'name' or 'name:model' (rotation_dtype=model), checked against cfg; OSCAR gets random
     orthogonal stand-in rotations (speed does not depend on the basis)."""
-    name, _, rotation_dtype = spec.partition(":")
+    name, _, rotation_dtype = spec.removesuffix(GRAPH_SUFFIX).partition(":")
     quantizer = build_quantizer(name, **({"rotation_dtype": rotation_dtype} if rotation_dtype else {}))
     quantizer.check(cfg)
     if name == "oscar":
@@ -144,7 +169,8 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step).
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
-    a quantizer name, or 'name:model' (rotation_dtype=model).
+    a quantizer name, 'name:model' (rotation_dtype=model); a '+graph' suffix decodes through a frozen cache
+    with the step captured as a CUDA graph (oscar.static_cache).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
@@ -156,15 +182,18 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
             StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
         fill_dynamic(cache, cfg, batch, ctx, device, dtype)
-        ms = time_steps(model, cache, batch, steps, device)
-        split = profile_rows(lambda: _one_step(model, cache, batch, device)) if profile else {}
+        make_step = eager_step(model, cache, batch, device)
+        ms = time_steps(make_step, steps, device)
+        split = profiled(make_step) if profile else {}
     else:
-        quantizer = make_quantizer(quantizer_name, cfg)
-        with install(model, quantizer) as seam:
+        quantizer, frozen = make_quantizer(quantizer_name, cfg), quantizer_name.endswith(GRAPH_SUFFIX)
+        with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, cfg, batch, ctx, device, dtype)
-            ms = time_steps(model, cache, batch, steps, device)
-            split = profile_rows(lambda: _one_step(model, cache, batch, device)) if profile else {}
+            make_step = static_step(model, cache, batch, steps, device, graph=device == "cuda") if frozen else \
+                eager_step(model, cache, batch, device)
+            ms = time_steps(make_step, steps, device)
+            split = profiled(make_step) if profile else {}
     allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
            "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),

@@ -1,0 +1,198 @@
+"""Static decode for three-region caches: fixed buffers, lengths on the device, one CUDA graph per run.
+
+    state = freeze(cache, max_new_tokens, attention_mask)        # after the prefill (eager)
+    step = DecodeStep(model, cache, state, graph=True)           # CUDA: captured on its second call
+    logits = step(next_ids, position_ids)                        # [B, 1, V], one token per sequence
+
+`freeze` gives every full-attention layer a full-precision buffer of sink + recent + page rows and a
+packed history sized for the whole generation, and puts the lengths the decode kernel reads in device
+tensors shared by all layers. A decode step then changes no shape, allocates nothing the kernels keep
+and reads no host state, so CUDA captures it once and replays it: the host cost of a step (about
+2,700 kernel launches for Qwen3-4B, results/bench/bench_throughput_profile.md) becomes one graph launch.
+Between replays, when the recent window has grown by a page, the oldest page is demoted into the
+history eagerly and in place, by the rule of the dynamic cache (`ThreeRegionLayer._demote`), so a
+frozen cache holds exactly the rows the dynamic one would.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from oscar.cache import KVView, ThreeRegionLayer, region_starts
+
+
+class StaticState:
+    """Region lengths of a frozen cache: host ints (to plan demotions) mirrored by int32 device tensors."""
+
+    def __init__(self, layers: list[ThreeRegionLayer], pad: torch.Tensor, n_fp: int, max_new_tokens: int):
+        first, quantizer = layers[0], layers[0].quantizer
+        self.layers, self.pad = layers, pad                                          # pad: [B] first visible position
+        self.recent, self.page = quantizer.recent_tokens, quantizer.page_tokens
+        self.n_sink, self.n_hist, self.n_tokens = first.n_sink, first.history_length, first.n_tokens
+        self.n_fp = n_fp                                                             # fp rows in use (the buffers hold more)
+        self.steps_left = max_new_tokens
+        batch, device = first.keys.shape[0], first.keys.device
+        self.hist_len = torch.full((batch,), self.n_hist, dtype=torch.int32, device=device)
+        self.fp_len = torch.full((batch,), self.n_fp, dtype=torch.int32, device=device)
+        self.hist_start = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.fp_start = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)   # fp row of the newest token
+        self._set_starts()
+
+    @property
+    def lengths(self) -> tuple[torch.Tensor, ...]:
+        """(hist_len, fp_len, hist_start, fp_start), int32 [B] each: what `decode_attention` reads."""
+        return self.hist_len, self.fp_len, self.hist_start, self.fp_start
+
+    def write(self, layer: ThreeRegionLayer, keys: torch.Tensor, values: torch.Tensor):
+        """Store one step's rotated keys / values [B, H_kv, 1, D] at the fp row `write_pos` (device index)."""
+        if keys.shape[-2] != 1:
+            raise ValueError(f"a frozen cache takes one token per sequence per step, got {keys.shape[-2]}.")
+        layer.keys.index_copy_(2, self.write_pos, keys.to(layer.keys.dtype))
+        layer.values.index_copy_(2, self.write_pos, values.to(layer.values.dtype))
+        view = KVView(layer, None, None, 1)
+        return view, view
+
+    def advance(self) -> None:
+        """The device half of one step (captured with the forward): one more fp row per sequence."""
+        self.fp_len.add_(1)
+        self.write_pos.add_(1)
+
+    def stepped(self) -> None:
+        """The host half of one step, after the forward ran (or was replayed)."""
+        self.n_fp += 1
+        self.n_tokens += 1
+        self.steps_left -= 1
+        for layer in self.layers:
+            layer.n_tokens = self.n_tokens
+
+    def before_step(self) -> None:
+        """Refuse a step beyond the frozen capacity; demote whole pages beyond the recent window (eager)."""
+        if self.steps_left <= 0:
+            raise ValueError("more decode steps than the max_new_tokens the cache was frozen for.")
+        excess = self.n_fp - self.n_sink - self.recent
+        moved = (excess // self.page) * self.page
+        if moved > 0:
+            for layer in self.layers:
+                demote_rows(layer, self.n_sink, self.n_fp, moved)
+            self.n_fp -= moved
+            self.n_hist += moved
+            self.fp_len.sub_(moved)
+            self.write_pos.sub_(moved)
+            self.hist_len.add_(moved)
+            self._set_starts()
+
+    def _set_starts(self) -> None:
+        hist_start, fp_start = region_starts(self.pad, self.n_sink, self.n_hist)
+        self.hist_start.copy_(hist_start)
+        self.fp_start.copy_(fp_start)
+
+
+def demote_rows(layer: ThreeRegionLayer, n_sink: int, n_fp: int, moved: int) -> None:
+    """Quantize fp rows [n_sink, n_sink + moved) into the history and shift the later rows down, in place."""
+    lo, hi = n_sink, n_sink + moved
+    for history in (layer.history_k, layer.history_v):
+        if history.length + moved > history.buffers["codes"].shape[-2]:
+            raise ValueError("the frozen history is full: more decode steps than it was sized for.")
+    layer.history_k.append(layer.keys[..., lo:hi, :])
+    layer.history_v.append(layer.values[..., lo:hi, :])
+    for rows in (layer.keys, layer.values):
+        rows[..., lo:n_fp - moved, :] = rows[..., hi:n_fp, :].clone()
+
+
+def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = None) -> StaticState:
+    """Give a prefilled cache fixed buffers for `max_new_tokens` decode steps; returns the shared StaticState.
+
+    attention_mask: the prompt's [B, T] padding mask (1 = token, left padding) or None.
+    """
+    layers = list(getattr(cache, "layers", []))
+    if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
+        raise ValueError("static decode needs a cache of three-region layers only (full attention in every layer; "
+                         "sliding-window layers keep a growing cache).")
+    first = layers[0]
+    if not first.is_initialized or not first.use_kernels:
+        raise ValueError("static decode needs a prefilled cache on the kernel path (CUDA, or kernels=triton).")
+    if first.quantizer.sink_tokens is not None and first.n_tokens < first.quantizer.sink_tokens:
+        raise ValueError(f"static decode needs a prompt of at least sink_tokens={first.quantizer.sink_tokens} "
+                         f"tokens, got {first.n_tokens}.")
+    n_fp, batch, device = first.keys.shape[-2], first.keys.shape[0], first.keys.device
+    fp_rows = max(n_fp, first.n_sink + first.quantizer.recent_tokens + first.quantizer.page_tokens)
+    for layer in layers:
+        _fix_buffers(layer, fp_rows, max_new_tokens)
+    pad = torch.zeros(batch, dtype=torch.int32, device=device) if attention_mask is None else \
+        attention_mask.to(device).int().argmax(dim=-1).to(torch.int32)
+    state = StaticState(layers, pad, n_fp, max_new_tokens)
+    for layer in layers:
+        layer.static = state
+    return state
+
+
+def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> None:
+    """fp rows into [B, H_kv, fp_rows, D] buffers; histories sized for every row that can still be demoted."""
+    n_fp = layer.keys.shape[-2]
+    for name in ("keys", "values"):
+        rows = getattr(layer, name)
+        buffer = rows.new_zeros(*rows.shape[:2], fp_rows, rows.shape[-1])          # [B, H_kv, fp_rows, D]
+        buffer[..., :n_fp, :] = rows
+        setattr(layer, name, buffer)
+    align = math.lcm(layer.quantizer.page_tokens, layer.history_k.spec.group, layer.history_v.spec.group)
+    tokens = layer.history_length + (n_fp - layer.n_sink) + max_new_tokens
+    for history in (layer.history_k, layer.history_v):
+        history.allocate(layer.keys, -(-tokens // align) * align)
+
+
+class DecodeStep:
+    """One decode step over a frozen cache: eager, or (graph=True, CUDA) captured once and replayed.
+
+    The first call runs eagerly (on a side stream when capturing: it compiles the kernels and warms the
+    allocator), the second captures the step and replays it, every later call only replays. The returned
+    logits [B, 1, V] live in a static buffer: read them before the next call.
+    """
+
+    def __init__(self, model, cache, state: StaticState, graph: bool = False):
+        if graph and not torch.cuda.is_available():
+            raise ValueError("CUDA-graph decode needs a CUDA device.")
+        self.model, self.cache, self.state, self.graph = model, cache, state, graph
+        batch, device = state.pad.shape[0], state.pad.device
+        self.input_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.position_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
+        self.calls, self.cuda_graph, self.logits = 0, None, None
+
+    def _forward(self) -> torch.Tensor:
+        self.state.advance()
+        return self.model(input_ids=self.input_ids, position_ids=self.position_ids, cache_position=self.cache_position,
+                          past_key_values=self.cache, use_cache=True).logits           # [B, 1, V]
+
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids, position_ids: [B, 1] of the token each sequence appends -> logits [B, 1, V]."""
+        self.state.before_step()
+        self.input_ids.copy_(input_ids)
+        self.position_ids.copy_(position_ids)
+        self.cache_position.fill_(self.state.n_tokens)
+        with torch.inference_mode():
+            if not self.graph:
+                self.logits = self._forward()
+            elif self.calls == 0:
+                self.logits = self._warm_up()
+            else:
+                if self.cuda_graph is None:
+                    self._capture()
+                self.cuda_graph.replay()
+        self.state.stepped()
+        self.calls += 1
+        return self.logits
+
+    def _warm_up(self) -> torch.Tensor:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            logits = self._forward()
+        torch.cuda.current_stream().wait_stream(side)
+        return logits
+
+    def _capture(self) -> None:
+        self.cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.cuda_graph):
+            self.logits = self._forward()

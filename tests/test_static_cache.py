@@ -1,0 +1,127 @@
+"""A frozen (static) three-region cache decodes exactly like the dynamic one; bad uses are refused early."""
+import pytest
+import torch
+
+from oscar.quantizer import build_quantizer
+from oscar.seam import install
+from oscar.static_cache import DecodeStep, freeze
+
+PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 2, "Here we go. There and back again."]
+STEPS = 20   # recent 16, page 4: the frozen cache demotes five times
+
+
+def _setup(tiny, tmp_path, monkeypatch, name="oscar", **overrides):
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    quantizer = build_quantizer(name, **({"sink": 4, "recent": 16, "page": 4} | overrides))
+    quantizer.check(model.config)
+    quantizer.prepare(model, tok)
+    return model, tok, quantizer
+
+
+def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
+    """generate()'s position ids for a left-padded prompt: [B, T]."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def static_greedy(model, tok, quantizer, steps=STEPS, device="cpu", graph=False):
+    """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph)."""
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(device)
+    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        logits = model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache).logits
+        state = freeze(cache, steps, enc.attention_mask)
+        step = DecodeStep(model, cache, state, graph=graph)
+        positions = enc.attention_mask.sum(-1, keepdim=True)                        # [B, 1] next position
+        tokens, all_logits = [], [logits[:, -1]]
+        for _ in range(steps - 1):
+            tokens.append(all_logits[-1].argmax(-1, keepdim=True))                   # [B, 1]
+            all_logits.append(step(tokens[-1], positions)[:, -1].clone())
+            positions = positions + 1
+        tokens.append(all_logits[-1].argmax(-1, keepdim=True))
+    return torch.cat(tokens, dim=1), all_logits, cache, state
+
+
+def dynamic_greedy(model, tok, quantizer, steps=STEPS):
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tok.pad_token_id, past_key_values=cache)
+    return out.sequences[:, enc.input_ids.shape[1]:], out.logits, cache
+
+
+def test_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monkeypatch):
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    dyn_tokens, dyn_logits, dyn_cache = dynamic_greedy(model, tok, quantizer)
+    tokens, logits, cache, state = static_greedy(model, tok, quantizer)
+    assert torch.equal(tokens, dyn_tokens)
+    for a, b in zip(logits, dyn_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    dyn, frozen = dyn_cache.layers[0], cache.layers[0]
+    assert state.n_hist == dyn.history_length > 0 and state.n_fp == dyn.keys.shape[-2]
+    assert state.hist_len.tolist() == [state.n_hist] * 2 and state.fp_len.tolist() == [state.n_fp] * 2
+    n = dyn.history_length                                                            # same rows, same codes
+    assert torch.equal(frozen.history_k.buffers["codes"][..., :n, :], dyn.history_k.view("codes"))
+    torch.testing.assert_close(frozen.keys[..., :state.n_fp, :], dyn.keys)
+
+
+def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
+    """A CUDA graph replays fixed addresses: no buffer may be reallocated while decoding."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
+        state = freeze(cache, 12, enc.attention_mask)
+        layer = cache.layers[1]
+        before = [t.data_ptr() for t in layer.kernel_operands()]
+        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long)
+        for i in range(12):
+            step(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
+        assert [t.data_ptr() for t in layer.kernel_operands()] == before
+        with pytest.raises(ValueError, match="more decode steps"):
+            step(ids, ids)
+
+
+def test_freeze_refuses_what_cannot_be_static(tiny, tmp_path, monkeypatch):
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with install(model, quantizer, kernels="reference") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        model(**enc, past_key_values=cache)
+        with pytest.raises(ValueError, match="kernel path"):
+            freeze(cache, 4)
+    gemma, _ = tiny("gemma3")
+    with install(gemma, build_quantizer("naive_int2"), kernels="triton") as seam:
+        with pytest.raises(ValueError, match="sliding-window"):
+            freeze(seam.new_cache(), 4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_graph_decode_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        DecodeStep(None, None, None, graph=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graph_replays_decode_like_eager_steps(tiny, tmp_path, monkeypatch):
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    model.cuda()
+    eager_tokens, eager_logits, *_ = static_greedy(model, tok, quantizer, device="cuda")
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    assert torch.equal(tokens, eager_tokens)
+    for a, b in zip(logits, eager_logits):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_short_prompt_on_the_kernel_path(tiny, tmp_path, monkeypatch):
+    """A prompt shorter than the recent window reaches the decode kernel with an empty history."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2", recent=32, page=8)
+    enc = tok(["hi there"], return_tensors="pt")
+    outs = []
+    for kernels in ("triton", "reference"):
+        with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
+            outs.append(model.generate(**enc, max_new_tokens=6, do_sample=False, past_key_values=seam.new_cache(),
+                                       pad_token_id=tok.pad_token_id))
+    assert torch.equal(outs[0], outs[1])
