@@ -7,7 +7,8 @@ Two launches (flash-decoding):
   ([BLOCK_N, D*bits/8], coalesced, software-pipelined) and never reshaped: with p codes per byte,
   "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked and OR-ed into the
   mantissa of 1024.0 (fp16), giving the exact value 1024 + 2^(f*b) * code with one AND/OR and no
-  shifts or int->float conversions. Scores are sum_f q_f @ field_f^T (q_f = q's f-th column block
+  shifts or int->float conversions (`DecodeConfig.asm_unpack`: in inline PTX, one LOP3 per fp16 pair
+  and field where ptxas emits two). Scores are sum_f q_f @ field_f^T (q_f = q's f-th column block
   times 2^(-f*b)), chained in one fp32 accumulator; values keep one accumulator per field. For the
   single-group token layout the per-token (scale, zero) are folded around the dots instead of
   dequantizing elements (keys also fold the 1024 offset, values subtract it exactly):
@@ -51,6 +52,7 @@ class DecodeConfig:
     programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it for larger batches)
     min_split_tiles: int = 4  # never split below this many tiles per program
     maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
+    asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
 
 
 def default_config(head_dim: int, on_gpu: bool) -> DecodeConfig:
@@ -62,15 +64,41 @@ def default_config(head_dim: int, on_gpu: bool) -> DecodeConfig:
     return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2)
 
 
+@triton.constexpr_function
+def _field_ptx(bits, f, keep_offset):
+    """Inline PTX of `_field` (fp16) for one pack=4 block: input $2 holds 4 packed bytes b0..b3 (element k
+    = byte k, b0 lowest); outputs $0 = fp16 pair (b0, b1), $1 = (b2, b3), element 2j in the low half of $j.
+
+    prmt.b32 with selector 0x4140 / 0x4342 and a zero second source zero-extends b0, b1 / b2, b3 into the
+    two 16-bit lanes; one lop3.b32 (a & b) | c (LUT 0xEA) per pair keeps field f of each lane and ORs in
+    1024.0 (0x6400): the exact fp16 1024 + 2^(f*bits) * code (the byte's 8 bits fit the 10-bit mantissa).
+    Without keep_offset one sub.f16x2 per pair removes the 1024 exactly.
+    """
+    mask = (((1 << bits) - 1) << (f * bits)) * 0x10001                     # field f in both lanes
+    lines = ["{", ".reg .b32 b01, b23, magic;", "mov.b32 magic, 0x64006400;",
+             "prmt.b32 b01, $2, 0, 0x4140;", "prmt.b32 b23, $2, 0, 0x4342;"]
+    for out, lanes in (("$0", "b01"), ("$1", "b23")):
+        lines.append(f"lop3.b32 {out}, {lanes}, {mask:#010x}, magic, 0xea;")
+        if not keep_offset:
+            lines.append(f"sub.f16x2 {out}, {out}, magic;")
+    return "\n".join(lines + ["}"])
+
+
 @triton.jit
-def _field(packed, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, KEEP_OFFSET: tl.constexpr):
+def _field(packed, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, KEEP_OFFSET: tl.constexpr,
+           ASM: tl.constexpr):
     """Field f of every packed byte as exact floats 2^(f*BITS) * code (+ 1024 with KEEP_OFFSET, fp16).
 
     The masked field is OR-ed into the mantissa of 1024.0 (fp16) or 2^23 (fp32): one AND/OR per value,
-    no shifts and no int->float conversions (those issue at 1/8 of the FP32 rate on Hopper).
+    no shifts and no int->float conversions (those issue at 1/8 of the FP32 rate on Hopper). ptxas emits
+    the fp16 AND and OR as two LOP3s per pair of values; ASM (fp16 only) runs `_field_ptx` instead, one
+    single-output block per field (ptxas shares the byte-spreading PRMTs between the fields' blocks).
     """
     MASK: tl.constexpr = ((1 << BITS) - 1) << (f * BITS)
-    if FP16:
+    if FP16 and ASM:
+        vals = tl.inline_asm_elementwise(_field_ptx(BITS, f, KEEP_OFFSET), "=r,=r,r", [packed],
+                                         dtype=tl.float16, is_pure=True, pack=4)
+    elif FP16:
         vals = (((packed & MASK).to(tl.int16) | 0x6400).to(tl.int16)).to(tl.float16, bitcast=True)
         if not KEEP_OFFSET:
             vals = vals - 1024.0
@@ -127,7 +155,7 @@ def _query_fields(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, BITS: tl.con
 @triton.jit
 def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
             D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
-            FP16: tl.constexpr, OFFSET: tl.constexpr):
+            FP16: tl.constexpr, OFFSET: tl.constexpr, ASM: tl.constexpr):
     """Logits [BLOCK_R, BLOCK_N] of one packed K tile: sum_f q_f @ field_f^T in one fp32 accumulator."""
     P: tl.constexpr = 8 // BITS
     NB: tl.constexpr = D // P
@@ -135,7 +163,7 @@ def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_
     packed = tl.load(c_ptr + offs_n[:, None] * stride_cn + nb[None, :], mask=mask_n[:, None], other=0)
     packed = tl.trans(packed)                                                      # [NB, BLOCK_N]
     for f in tl.static_range(P - 1, -1, -1):
-        k = _field(packed, f, BITS, FP16, OFFSET != 0)
+        k = _field(packed, f, BITS, FP16, OFFSET != 0, ASM)
         if LAYOUT != 0:
             k = _dequant_field(k, s_ptr, z_ptr, offs_n[None, :], f * NB + nb[:, None], mask_n[None, :],
                                stride_sn, f, BITS, GROUP, LAYOUT)
@@ -152,7 +180,7 @@ def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_
 @triton.jit
 def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
                        D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
-                       FP16: tl.constexpr):
+                       FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_f = alpha * acc_f + p' @ field_f for every field of one packed V tile.
 
     Single-group token layout: p' = p * scale (per token) and the running pz_sum = sum p' * zero
@@ -172,7 +200,7 @@ def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_
         pv = p.to(dtype)
     new_acc = ()
     for f in tl.static_range(P):
-        v = _field(packed, f, BITS, FP16, False)                                   # [BLOCK_N, NB]
+        v = _field(packed, f, BITS, FP16, False, ASM)                              # [BLOCK_N, NB]
         if LAYOUT != 0:
             v = _dequant_field(v, s_ptr, z_ptr, offs_n[:, None], f * NB + nb[None, :], mask_n[:, None],
                                stride_sn, f, BITS, GROUP, LAYOUT)
@@ -212,7 +240,7 @@ def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_p
                    start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                    D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_LAYOUT: tl.constexpr,
                    V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, K_OFFSET: tl.constexpr,
-                   BLOCK_N: tl.constexpr, FP16: tl.constexpr):
+                   BLOCK_N: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """Online softmax over packed history tokens [start, end) of one KV head; stores o and lse."""
     q_fields, q_sum, q_off = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16, K_OFFSET)
     P: tl.constexpr = 8 // V_BITS
@@ -227,10 +255,10 @@ def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_p
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
         qk = _scores(q_fields, q_sum, q_off, kc_ptr, ks_ptr, kz_ptr, offs_n, mask_n, stride_kcn, stride_ksn,
-                     D, K_BITS, K_LAYOUT, K_GROUP, FP16, K_OFFSET)                   # [BLOCK_R, BLOCK_N]
+                     D, K_BITS, K_LAYOUT, K_GROUP, FP16, K_OFFSET, ASM)              # [BLOCK_R, BLOCK_N]
         p, alpha, m_i, l_i = _softmax_step(tl.where(mask_n[None, :], qk, float("-inf")), m_i, l_i)
         acc, pz_sum = _accumulate_values(acc, p, alpha, pz_sum, vc_ptr, vs_ptr, vz_ptr, offs_n, mask_n,
-                                         stride_vcn, stride_vsn, D, V_BITS, V_LAYOUT, V_GROUP, FP16)
+                                         stride_vcn, stride_vsn, D, V_BITS, V_LAYOUT, V_GROUP, FP16, ASM)
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
     nb = tl.arange(0, NB)
     for f in tl.static_range(P):
@@ -277,6 +305,7 @@ def _decode_stage1_kernel(
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
     K_OFFSET: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
+    ASM_UNPACK: tl.constexpr,
 ):
     split = tl.program_id(0)
     bh = tl.program_id(1)
@@ -294,7 +323,8 @@ def _decode_stage1_kernel(
                        kz_ptr + b * stride_ksb + h * stride_ksh, vc_ptr + b * stride_vcb + h * stride_vch,
                        vs_ptr + b * stride_vsb + h * stride_vsh, vz_ptr + b * stride_vsb + h * stride_vsh,
                        start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
-                       D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, K_OFFSET, BLOCK_N, FP16)
+                       D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, K_OFFSET, BLOCK_N, FP16,
+                       ASM_UNPACK)
     else:
         fp_len = tl.load(fp_len_ptr + b)
         start, end = _split_bounds(tl.load(fp_start_ptr + b), fp_len, split - n_hist_splits, n_fp_splits,
@@ -427,7 +457,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         K_GROUP=k_spec.group, V_GROUP=v_spec.group,
         K_OFFSET=_key_offset(k_spec, head_dim, on_gpu),
         BLOCK_R=max(16, triton.next_power_of_2(n_rows)), BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
-        FP16=on_gpu, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
     )
     _decode_stage2_kernel[(batch * kv_heads, n_rows)](

@@ -80,7 +80,8 @@ def triton_calls_counted(counter: OpCounter):
 def count_step(model, cache) -> Counter:
     """Ops of the model's forward in the second decode step after the filled cache (the first one warms up;
     the step's inputs are built before counting starts)."""
-    bench._one_step(model, cache, 1, "cpu")
+    with torch.inference_mode():
+        bench.eager_step(model, cache, 1, "cpu")()()
     ids, positions = torch.zeros((1, 1), dtype=torch.long), bench._positions(cache, 1, "cpu")
     counter = OpCounter()
     with triton_calls_counted(counter), counter, torch.inference_mode():

@@ -1,8 +1,9 @@
 """Time INT2 decode attention over a grid of tile / occupancy configs at the bench's large shapes.
 
-Run on the GPU box from the repo root (the grid varies pipelining depth and the per-thread register
-cap, the two limits Nsight Compute reports for the default tiles: 156 registers and 72 KB of shared
-memory per block allow 3 blocks = 12 warps per SM):
+Run on the GPU box from the repo root. The grid varies pipelining depth and the per-thread register
+cap (the two limits Nsight Compute reports for the default tiles: 156 registers and 72 KB of shared
+memory per block allow 3 blocks = 12 warps per SM) and switches on the inline-PTX field unpack
+(`DecodeConfig.asm_unpack`; a wrong unpack shows as a large rel err):
 
     python scripts/sweep_decode_tiles.py
 """
@@ -21,8 +22,9 @@ from kernels.decode import DecodeConfig, decode_attention, default_config  # noq
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [(128, 4, 3, None), (128, 4, 3, 128), (128, 4, 2, None), (128, 4, 2, 128), (128, 4, 2, 96),
-        (64, 4, 2, 128), (64, 4, 2, 96), (64, 4, 3, 128), (128, 8, 2, 128)]
+GRID = [(128, 4, 3, None, False), (128, 4, 3, 128, False), (128, 4, 2, None, False), (128, 4, 2, 128, False),
+        (128, 4, 2, 96, False), (64, 4, 2, 128, False), (64, 4, 2, 96, False), (64, 4, 3, 128, False),
+        (128, 8, 2, 128, False), (128, 4, 3, None, True), (128, 4, 3, 128, True)]
 
 
 def check(cfg: DecodeConfig) -> float:
@@ -36,16 +38,16 @@ def check(cfg: DecodeConfig) -> float:
 def main() -> None:
     copy_tbs = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}")
-    print("| batch | ctx | block_n | warps | stages | maxnreg | ms | TB/s | of copy | rel err |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| batch | ctx | block_n | warps | stages | maxnreg | asm | ms | TB/s | of copy | rel err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for batch, ctx in SHAPES:
         nbytes = _decode_bytes(batch, ctx, 2)
-        for block_n, warps, stages, maxnreg in GRID:
-            cfg = DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+        for block_n, warps, stages, maxnreg, asm in GRID:
+            cfg = DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages, maxnreg=maxnreg, asm_unpack=asm)
 
             ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
             tbs = nbytes / ms / 1e9
-            print(f"| {batch} | {ctx} | {block_n} | {warps} | {stages} | {maxnreg} | {ms:.3f} | {tbs:.2f} | "
+            print(f"| {batch} | {ctx} | {block_n} | {warps} | {stages} | {maxnreg} | {asm} | {ms:.3f} | {tbs:.2f} | "
                   f"{tbs / copy_tbs:.0%} | {check(cfg):.1e} |", flush=True)
 
 

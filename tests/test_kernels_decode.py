@@ -3,9 +3,13 @@
 Runs under TRITON_INTERPRET=1 on CPU (set below when CUDA is unavailable), where the kernel computes in
 fp32, so outputs must match the fp32 reference to 1e-4. Lengths, GQA ratios, head dims, bit widths,
 layouts, left padding and multi-token causal chunks are spread over a few cases (the interpreter is slow).
+The inline-PTX unpack (`DecodeConfig.asm_unpack`) only runs compiled on a GPU (TRITON_INTERPRET=0); on CPU
+its PTX text is checked by a small emulator of the four instructions it uses.
 """
 import os
+from dataclasses import replace
 
+import numpy as np
 import torch
 
 if not torch.cuda.is_available():
@@ -13,8 +17,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels.decode import decode_attention  # noqa: E402
-from kernels.dispatch import use_triton  # noqa: E402
+from kernels.decode import DecodeConfig, _field_ptx, decode_attention, default_config  # noqa: E402
+from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
 from oscar.quantize import QuantSpec  # noqa: E402
 
@@ -83,10 +87,72 @@ def test_split_count_does_not_change_the_result():
 
 def test_register_cap_config_matches_reference():
     """DecodeConfig.maxnreg (the sweep's register cap) reaches the GPU launch only; results stay the reference's."""
-    from kernels.decode import DecodeConfig
     args, kw = make_inputs(1, 4, 1, 1, 128, 200, 9, INT2[128], INT2[128], seed=2)
     out = decode_attention(*args, **kw, config=DecodeConfig(block_n=64, block_f=32, num_stages=1, maxnreg=128))
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_asm_unpack_config_matches_reference():
+    """DecodeConfig.asm_unpack reaches the GPU launch only (the interpreter falls back to `_field`); results stay
+    the reference's."""
+    args, kw = make_inputs(1, 4, 1, 1, 128, 200, 9, INT2[128], INT4[128], seed=3)
+    out = decode_attention(*args, **kw, config=DecodeConfig(block_n=64, block_f=32, num_stages=1, asm_unpack=True))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+ASM_CASES = {f"asm-int{bits}-d{d}-n1001": (2, 8, 2, 1, d, 1001, 13, spec[d], spec[d], None)
+             for bits, spec in ((2, INT2), (4, INT4)) for d in (64, 128, 256)}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="inline PTX runs compiled on a CUDA device only (TRITON_INTERPRET=0)")
+@pytest.mark.parametrize("name", [*CASES, *ASM_CASES])
+def test_asm_unpack_matches_reference_on_gpu(name):
+    """The GPU default tiles with the inline-PTX unpack: every layout of CASES, INT2/INT4 at each head dim."""
+    *shape, num_splits = {**CASES, **ASM_CASES}[name]
+    args, kw = make_inputs(*shape)
+    cfg = replace(default_config(shape[4], on_gpu=True), asm_unpack=True)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
+    """Emulate `_field_ptx` on uint32 words ($2) -> [N, 4] fp16 ($0 low, $0 high, $1 low, $1 high), PTX ISA rules:
+    prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c; sub.f16x2 per lane."""
+    regs = {"$2": word}
+    for line in ptx.splitlines():
+        op, *args = line.rstrip(";").replace(",", " ").split()
+        if op in ("{", "}", ".reg"):
+            continue
+        a = [regs[x] if x in regs else np.full_like(word, int(x, 0)) for x in args[1:]]
+        if op == "mov.b32":
+            out = a[0]
+        elif op == "prmt.b32":
+            sel = [(int(args[3], 0) >> (4 * i)) & 0xF for i in range(4)]
+            assert all(s < 8 for s in sel)  # no sign replication
+            src = a[1].astype(np.uint64) << np.uint64(32) | a[0]
+            out = sum((src >> np.uint64(8 * s) & np.uint64(0xFF)) << np.uint64(8 * i) for i, s in enumerate(sel))
+            out = out.astype(np.uint32)
+        elif op == "lop3.b32" and int(args[4], 0) == 0xEA:
+            out = (a[0] & a[1]) | a[2]
+        elif op == "sub.f16x2":
+            out = (a[0].view(np.float16) - a[1].view(np.float16)).view(np.uint32)
+        else:
+            raise AssertionError(f"unexpected PTX: {line}")
+        regs[args[0]] = out
+    return np.stack([regs["$0"], regs["$1"]], axis=1).view(np.float16)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("keep_offset", [True, False])
+def test_field_ptx_matches_field(bits, keep_offset):
+    """Element k of each 4-byte block is byte k's field f as `_field` returns it: 1024 + 2^(f*bits) * code,
+    minus 1024 without the offset (every byte value at every position)."""
+    codes = (np.arange(256)[:, None] + 67 * np.arange(4)[None, :]) % 256           # [256, 4] bytes of each word
+    words = (codes << (8 * np.arange(4))).sum(axis=1).astype(np.uint32)
+    for f in range(8 // bits):
+        want = 1024.0 * keep_offset + (codes & (((1 << bits) - 1) << (f * bits)))
+        assert np.array_equal(_run_ptx(_field_ptx(bits, f, keep_offset), words), want.astype(np.float16))
 
 
 def _replace(args, index, value):
