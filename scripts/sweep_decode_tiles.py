@@ -1,15 +1,17 @@
-"""Time INT2 decode attention over a grid of tile / occupancy configs at the bench's large shapes.
+"""Time INT2 decode attention at the bench's large shapes for DecodeConfig variants of the GPU default.
 
-Run on the GPU box from the repo root. The grid varies pipelining depth and the per-thread register
-cap (the two limits Nsight Compute reports for the default tiles: 156 registers and 72 KB of shared
-memory per block allow 3 blocks = 12 warps per SM) and switches on the inline-PTX field unpack
-(`DecodeConfig.asm_unpack`; a wrong unpack shows as a large rel err):
+Run on the GPU box from the repo root. Each row changes a few fields of `default_config` (shown in the
+first column): pipelining depth and register cap (Nsight Compute: 156 registers and 72 KB of shared memory
+per block allow 3 blocks = 12 warps per SM), the inline-PTX field unpack, the split density
+(programs_per_sm) and the stage-2 merge width. The rel err column checks each variant against the
+reference (a wrong unpack shows as a large error).
 
     python scripts/sweep_decode_tiles.py
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -22,9 +24,9 @@ from kernels.decode import DecodeConfig, decode_attention, default_config  # noq
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [(128, 4, 3, None, False), (128, 4, 3, 128, False), (128, 4, 2, None, False), (128, 4, 2, 128, False),
-        (128, 4, 2, 96, False), (64, 4, 2, 128, False), (64, 4, 2, 96, False), (64, 4, 3, 128, False),
-        (128, 8, 2, 128, False), (128, 4, 3, None, True), (128, 4, 3, 128, True)]
+GRID = [{}, {"asm_unpack": False}, {"num_stages": 2, "maxnreg": 128}, {"merge_block": 64},
+        {"merge_block": 64, "programs_per_sm": 2}, {"merge_block": 64, "programs_per_sm": 4},
+        {"merge_block": 64, "programs_per_sm": 16}]
 
 
 def check(cfg: DecodeConfig) -> float:
@@ -38,17 +40,17 @@ def check(cfg: DecodeConfig) -> float:
 def main() -> None:
     copy_tbs = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}")
-    print("| batch | ctx | block_n | warps | stages | maxnreg | asm | ms | TB/s | of copy | rel err |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
+    print("|---|---|---|---|---|---|---|")
     for batch, ctx in SHAPES:
         nbytes = _decode_bytes(batch, ctx, 2)
-        for block_n, warps, stages, maxnreg, asm in GRID:
-            cfg = DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages, maxnreg=maxnreg, asm_unpack=asm)
-
+        for change in GRID:
+            cfg = replace(default_config(HEAD_DIM, True), **change)
             ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
             tbs = nbytes / ms / 1e9
-            print(f"| {batch} | {ctx} | {block_n} | {warps} | {stages} | {maxnreg} | {asm} | {ms:.3f} | {tbs:.2f} | "
-                  f"{tbs / copy_tbs:.0%} | {check(cfg):.1e} |", flush=True)
+            label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
+            print(f"| {batch} | {ctx} | {label} | {ms:.3f} | {tbs:.2f} | {tbs / copy_tbs:.0%} | {check(cfg):.1e} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""A frozen (static) three-region cache decodes exactly like the dynamic one; bad uses are refused early."""
+"""A frozen (static) three-region cache decodes exactly like the dynamic one; bad uses are refused early.
+
+CPU: the Triton kernels run under the interpreter. On a GPU box run with TRITON_INTERPRET=0: every test then
+runs on CUDA, and the CUDA-graph test replays the captured step.
+"""
 import pytest
 import torch
 
@@ -8,6 +12,7 @@ from oscar.static_cache import DecodeStep, freeze
 
 PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 2, "Here we go. There and back again."]
 STEPS = 20   # recent 16, page 4: the frozen cache demotes five times
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _setup(tiny, tmp_path, monkeypatch, name="oscar", **overrides):
@@ -16,7 +21,7 @@ def _setup(tiny, tmp_path, monkeypatch, name="oscar", **overrides):
     quantizer = build_quantizer(name, **({"sink": 4, "recent": 16, "page": 4} | overrides))
     quantizer.check(model.config)
     quantizer.prepare(model, tok)
-    return model, tok, quantizer
+    return model.to(DEVICE), tok, quantizer
 
 
 def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -24,7 +29,7 @@ def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def static_greedy(model, tok, quantizer, steps=STEPS, device="cpu", graph=False):
+def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False):
     """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph)."""
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(device)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
@@ -43,7 +48,7 @@ def static_greedy(model, tok, quantizer, steps=STEPS, device="cpu", graph=False)
 
 
 def dynamic_greedy(model, tok, quantizer, steps=STEPS):
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
@@ -69,14 +74,14 @@ def test_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monkeypatch
 def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
     """A CUDA graph replays fixed addresses: no buffer may be reallocated while decoding."""
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
         state = freeze(cache, 12, enc.attention_mask)
         layer = cache.layers[1]
         before = [t.data_ptr() for t in layer.kernel_operands()]
-        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long)
+        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long, device=DEVICE)
         for i in range(12):
             step(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
         assert [t.data_ptr() for t in layer.kernel_operands()] == before
@@ -86,13 +91,13 @@ def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
 
 def test_freeze_refuses_what_cannot_be_static(tiny, tmp_path, monkeypatch):
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="reference") as seam, torch.inference_mode():
         cache = seam.new_cache()
         model(**enc, past_key_values=cache)
         with pytest.raises(ValueError, match="kernel path"):
             freeze(cache, 4)
-    gemma, _ = tiny("gemma3")
+    gemma = tiny("gemma3")[0].to(DEVICE)
     with install(gemma, build_quantizer("naive_int2"), kernels="triton") as seam:
         with pytest.raises(ValueError, match="sliding-window"):
             freeze(seam.new_cache(), 4)
@@ -107,7 +112,6 @@ def test_graph_decode_needs_cuda():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_graph_replays_decode_like_eager_steps(tiny, tmp_path, monkeypatch):
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
-    model.cuda()
     eager_tokens, eager_logits, *_ = static_greedy(model, tok, quantizer, device="cuda")
     tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
     assert torch.equal(tokens, eager_tokens)
@@ -118,7 +122,7 @@ def test_graph_replays_decode_like_eager_steps(tiny, tmp_path, monkeypatch):
 def test_short_prompt_on_the_kernel_path(tiny, tmp_path, monkeypatch):
     """A prompt shorter than the recent window reaches the decode kernel with an empty history."""
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2", recent=32, page=8)
-    enc = tok(["hi there"], return_tensors="pt")
+    enc = tok(["hi there"], return_tensors="pt").to(DEVICE)
     outs = []
     for kernels in ("triton", "reference"):
         with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
