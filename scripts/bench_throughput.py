@@ -234,8 +234,10 @@ def main() -> None:
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
     quantizers = args.quantizers.split(",")
-    rows = [measure(model, q, b, c, args.steps, device, dtype, args.profile)
-            for c in ctxs for b in batches for q in quantizers]
+    rows = []
+    for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
+        rows.append(measure(model, q, b, c, args.steps, device, dtype, args.profile))
+        print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_rows = []
     for q in ([] if args.profile else quantizers):               # same memory budget at the longest context
         per_token = next(r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1])
@@ -244,6 +246,7 @@ def main() -> None:
         row = measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype) if run_batch else \
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})
+        print("budget row:", json.dumps(budget_rows[-1]), flush=True)
     for base in BF16_CACHES:                                       # ratio to each BF16 baseline that ran
         base_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == base), None)
         for r in budget_rows:

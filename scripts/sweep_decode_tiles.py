@@ -19,14 +19,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import HEAD_DIM, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
+from bench_kernels import HEAD_DIM, KV_HEADS, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [{}, {"asm_unpack": False}, {"num_stages": 2, "maxnreg": 128}, {"merge_block": 64},
-        {"merge_block": 64, "programs_per_sm": 2}, {"merge_block": 64, "programs_per_sm": 4},
-        {"merge_block": 64, "programs_per_sm": 16}]
+GRID = [{}, {"asm_unpack": False}, {"merge_block": 16}, {"num_stages": 3, "maxnreg": None},
+        {"num_stages": 2, "maxnreg": 128}, {"programs_per_sm": 4}, {"programs_per_sm": 16}]
 
 
 def check(cfg: DecodeConfig) -> float:
@@ -39,13 +38,16 @@ def check(cfg: DecodeConfig) -> float:
 
 def main() -> None:
     copy_tbs = copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}, "
+          f"with fewer units than SMs {default_config(HEAD_DIM, True, small_grid=True)}")
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
     print("|---|---|---|---|---|---|---|")
     for batch, ctx in SHAPES:
         nbytes = _decode_bytes(batch, ctx, 2)
         for change in GRID:
-            cfg = replace(default_config(HEAD_DIM, True), **change)
+            default = default_config(HEAD_DIM, True, small_grid=batch * KV_HEADS < sms)
+            cfg = replace(default, **change)
             ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
             tbs = nbytes / ms / 1e9
             label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
