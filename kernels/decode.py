@@ -56,10 +56,16 @@ class DecodeConfig:
     merge_block: int = 16     # splits merged per iteration of stage 2
 
 
+def is_small_grid(units: int, sms: int) -> bool:
+    """At most one (sequence, KV head) unit per 8 SMs (batch 1-2 at 8 KV heads on an H100): `default_config`'s
+    small_grid tiles (at batch 8 they were slower than the large-grid ones, sweep_decode_splits.md)."""
+    return units <= sms // 8
+
+
 def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
 
-    small_grid: fewer (sequence, KV head) units than SMs (batch 1-8 at 8 KV heads on an H100). There two
+    small_grid: very few (sequence, KV head) units (`is_small_grid`). There two
     pipeline stages with a 128-register cap were 12-14 % faster at batch 1 / 128k, and slower at batch 32
     (results/bench/sweep_decode_tiles.md, sweep_decode_splits.md). asm_unpack was 4-6 % faster at every
     shape measured, merge_block=64 10 % at batch 1 and neutral elsewhere.
@@ -445,7 +451,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     kv_heads, n_hist, n_fp = fp_k.shape[1], k_codes.shape[2], fp_k.shape[2]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     n_rows = group * q_tokens
-    cfg = config or default_config(head_dim, on_gpu, small_grid=on_gpu and batch * kv_heads < _sm_count(q.device.index or 0))
+    cfg = config or default_config(head_dim, on_gpu,
+                                   small_grid=on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0)))
     target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
         _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)

@@ -222,8 +222,8 @@ def sweep_configs() -> list[DecodeConfig]:
 
 def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: list[dict]) -> str:
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
-             f"(read + write); decode tiles {default_config(HEAD_DIM, True)}; with fewer (sequence, KV head) "
-             f"units than SMs {default_config(HEAD_DIM, True, small_grid=True)}.", "",
+             f"(read + write); decode tiles {default_config(HEAD_DIM, True)}; at batch 1-2 "
+             f"(kernels.decode.is_small_grid) {default_config(HEAD_DIM, True, small_grid=True)}.", "",
              "| batch | ctx | BF16 SDPA ms | INT2 ms | INT2 TB/s | INT2 of copy | INT2 speedup | "
              "INT4 ms | INT4 TB/s | INT4 of copy | INT4 speedup |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

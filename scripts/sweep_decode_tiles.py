@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import HEAD_DIM, KV_HEADS, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
-from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
+from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
@@ -40,13 +40,13 @@ def main() -> None:
     copy_tbs = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}, "
-          f"with fewer units than SMs {default_config(HEAD_DIM, True, small_grid=True)}")
+          f"small grid {default_config(HEAD_DIM, True, small_grid=True)}")
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
     print("|---|---|---|---|---|---|---|")
     for batch, ctx in SHAPES:
         nbytes = _decode_bytes(batch, ctx, 2)
         for change in GRID:
-            default = default_config(HEAD_DIM, True, small_grid=batch * KV_HEADS < sms)
+            default = default_config(HEAD_DIM, True, small_grid=is_small_grid(batch * KV_HEADS, sms))
             cfg = replace(default, **change)
             ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
             tbs = nbytes / ms / 1e9

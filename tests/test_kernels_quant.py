@@ -76,7 +76,8 @@ def test_fused_rotation_matches_random_orthogonal():
     codes, scale, zero = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE))
     ref_codes, ref_scale, ref_zero = quantize_pack_reference(x, spec, rotation)
     assert (codes.cpu() == ref_codes).float().mean() > 0.99
-    torch.testing.assert_close(scale.cpu(), ref_scale, rtol=1e-3, atol=0)
+    rtol = 1e-3 if DEVICE == "cpu" else 4e-3          # the GPU's fp32 tl.dot runs in tf32 (10-bit mantissa)
+    torch.testing.assert_close(scale.cpu(), ref_scale, rtol=rtol, atol=0)
 
 
 def test_writes_in_place_into_a_strided_cache_slice():
