@@ -1,8 +1,11 @@
 """Triton decode attention over a packed low-bit history plus a full-precision segment.
 
 Two launches (flash-decoding):
-* stage 1, grid `(S_hist + S_fp, B * H_kv)`: program (s, b*H_kv + h) owns every query row of KV head
-  h (GROUP query heads x T_q tokens, padded to BLOCK_R >= 16 rows). Splits s < S_hist walk 1/S_hist
+* stage 1, grid `(S_hist + S_fp, B * H_kv, row blocks)`: program (s, b*H_kv + h, r) owns query rows
+  16r..16r+15 of KV head h (its GROUP query heads x T_q tokens, head-major; one block for a decode step
+  up to GQA 16; a chunk of T_q tokens takes more; 16-row blocks are the only row tile verified on
+  the GPU: 32- and 64-row tiles gave wrong results there on histories of more than one tile, while the
+  interpreter was right). Splits s < S_hist walk 1/S_hist
   of the sequence's packed history in BLOCK_N-token tiles. Each tile's bytes are loaded once
   ([BLOCK_N, D*bits/8], coalesced, software-pipelined) and never reshaped: with p codes per byte,
   "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked and OR-ed into the
@@ -36,7 +39,8 @@ from kernels.reference import check_decode_inputs
 from oscar.quantize import QuantSpec
 
 HEAD_DIMS = (64, 128, 256)
-MAX_ROWS = 128            # GROUP * T_q query rows per program
+MAX_ROWS = 128            # GROUP * T_q query rows per KV head
+ROW_BLOCK = 16            # query rows per program (the MMA's M)
 TOKEN, TOKEN_GROUPED, CHANNEL = 0, 1, 2
 LOG2E = 1.4426950408889634
 
@@ -327,7 +331,7 @@ def _decode_stage1_kernel(
     bh = tl.program_id(1)
     b = (bh // kv_heads).to(tl.int64)
     h = (bh % kv_heads).to(tl.int64)
-    rows = tl.arange(0, BLOCK_R)                                                   # query rows: head-major
+    rows = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)                      # query rows: head-major
     row_ok = rows < n_rows
     q_rows = b * stride_qb + (h * GROUP + rows // q_tokens) * stride_qh + (rows % q_tokens) * stride_qt
     slot = (bh.to(tl.int64) * (n_hist_splits + n_fp_splits) + split) * n_rows + rows  # [BLOCK_R]
@@ -463,7 +467,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         return out.zero_()
     part_o = q.new_empty(batch * kv_heads, n_splits, n_rows, head_dim, dtype=torch.float32)
     part_lse = q.new_empty(batch * kv_heads, n_splits, n_rows, dtype=torch.float32)
-    _decode_stage1_kernel[(n_splits, batch * kv_heads)](
+    _decode_stage1_kernel[(n_splits, batch * kv_heads, triton.cdiv(n_rows, ROW_BLOCK))](
         q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
         hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
         sm_scale * LOG2E, kv_heads, q_tokens, n_rows, hist_splits, fp_splits,
@@ -473,7 +477,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
         K_GROUP=k_spec.group, V_GROUP=v_spec.group,
         K_OFFSET=_key_offset(k_spec, head_dim, on_gpu),
-        BLOCK_R=max(16, triton.next_power_of_2(n_rows)), BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
+        BLOCK_R=ROW_BLOCK, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
         FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
     )

@@ -54,6 +54,7 @@ CASES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
                                      QuantSpec(bits=2, group=64), 2),
     "mixed-g1-d64-n1": (2, 2, 2, 1, 64, 1, 5, INT2[64], INT4[64], None),
     "int4k-int2v-g4-d128-n15-tq16": (2, 4, 1, 16, 128, 15, 40, INT4[128], INT2[128], None),
+    "int4k-int2v-g4-d128-n300-tq16": (1, 4, 1, 16, 128, 300, 20, INT4[128], INT2[128], None),  # 4 row blocks
     "int2-g4-d128-n127-symmetric": (1, 4, 1, 1, 128, 127, 9, QuantSpec(bits=2, group=128, symmetric=True),
                                     QuantSpec(bits=2, group=128, scale_dtype="float32"), None),
 }
