@@ -4,8 +4,8 @@ Two launches (flash-decoding):
 * stage 1, grid `(S_hist + S_fp, B * H_kv, row blocks)`: program (s, b*H_kv + h, r) owns query rows
   16r..16r+15 of KV head h (its GROUP query heads x T_q tokens, head-major; one block for a decode step
   up to GQA 16; a chunk of T_q tokens takes more; 16-row blocks are the only row tile verified on
-  the GPU: 32- and 64-row tiles gave wrong results there on histories of more than one tile, while the
-  interpreter was right). Splits s < S_hist walk 1/S_hist
+  the GPU: 64-row tiles gave wrong or NaN results there on a 200-token history, while the interpreter
+  was right). Splits s < S_hist walk 1/S_hist
   of the sequence's packed history in BLOCK_N-token tiles. Each tile's bytes are loaded once
   ([BLOCK_N, D*bits/8], coalesced, software-pipelined) and never reshaped: with p codes per byte,
   "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked and OR-ed into the
