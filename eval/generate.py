@@ -1,6 +1,6 @@
 """Batched generation through the installed seam: left padding, stop strings, a progress bar.
 
-    outputs = generate_outputs(model, tokenizer, examples, seam.new_cache, batch_size=4)
+    outputs = generate_outputs(model, tokenizer, examples, seam.new_cache, batch_size=4, static_decode="auto")
 """
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import time
 
 import torch
 from tqdm.auto import tqdm
+
+from oscar.static_cache import greedy_static, static_decode_refusal
+
+STATIC_MODES = ("auto", "on", "off")
 
 
 def _batches(examples, batch_size: int):
@@ -29,8 +33,14 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
 
 
 def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
-                     stop: list[str] | None = None, desc: str = "generate") -> list[str]:
-    """Generate one continuation per example (greedy unless `sampling` gives do_sample params)."""
+                     stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off") -> list[str]:
+    """Generate one continuation per example (greedy unless `sampling` gives do_sample params).
+
+    static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of oscar.static_cache;
+    refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
+    """
+    if static_decode not in STATIC_MODES:
+        raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
     outputs: list[str] = [""] * len(examples)
     device = next(model.parameters()).device
     started = time.time()
@@ -39,18 +49,38 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             prompts = [examples[i].prompt for i in batch]
             enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=_needs_bos(tokenizer, prompts))
             enc = {k: v.to(device) for k, v in enc.items()}
-            gen_kwargs = dict(max_new_tokens=examples[batch[0]].max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            gen_kwargs.update(sampling or {"do_sample": False})
-            if stop:
-                gen_kwargs.update(stop_strings=stop, tokenizer=tokenizer)
-            with torch.inference_mode():
-                out = model.generate(**enc, past_key_values=new_cache(), **gen_kwargs)
-            new_tokens = out[:, enc["input_ids"].shape[1]:]
+            max_new = examples[batch[0]].max_new_tokens
+            cache = new_cache()
+            refusal = "off" if static_decode == "off" else \
+                static_decode_refusal(cache, sampling, enc["input_ids"].shape[1])
+            if refusal is None:
+                new_tokens = greedy_static(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
+                                           graph=device.type == "cuda")
+            elif static_decode == "on":
+                raise ValueError(refusal)
+            else:
+                new_tokens = _generate(model, tokenizer, enc, cache, max_new, sampling, stop)
             for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
                 outputs[i] = truncate_at_stop(text, stop)
             bar.update(len(batch))
             bar.set_postfix(ex_per_s=f"{bar.n / max(time.time() - started, 1e-9):.2f}")
     return outputs
+
+
+def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, sampling: dict | None, stop) -> torch.Tensor:
+    """transformers' generate through the seam's cache -> the new tokens [B, <= max_new_tokens]."""
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    gen_kwargs.update(sampling or {"do_sample": False})
+    if stop:
+        gen_kwargs.update(stop_strings=stop, tokenizer=tokenizer)
+    with torch.inference_mode():
+        out = model.generate(**enc, past_key_values=cache, **gen_kwargs)
+    return out[:, enc["input_ids"].shape[1]:]
+
+
+def _eos_ids(model) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def _needs_bos(tokenizer, prompts) -> bool:

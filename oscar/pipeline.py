@@ -122,6 +122,7 @@ def execute(plan: CellPlan, device: str):
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
-        metrics, records = run_task(plan.task_module, cfg.task, loaded, seam, cfg.ctx.tokens, int(cfg.seed))
+        metrics, records = run_task(plan.task_module, cfg.task, loaded, seam, cfg.ctx.tokens, int(cfg.seed),
+                                    static_decode=str(cfg.get("static_decode", "auto")))
     metrics["bits_per_element"] = plan.quantizer.bits_per_element(cfg.ctx.tokens)
     return metrics, records

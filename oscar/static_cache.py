@@ -3,6 +3,7 @@
     state = freeze(cache, max_new_tokens, attention_mask)        # after the prefill (eager)
     step = DecodeStep(model, cache, state, graph=True)           # CUDA: captured on its second call
     logits = step(next_ids, position_ids)                        # [B, 1, V], one token per sequence
+    tokens = greedy_static(model, enc, cache, max_new_tokens, eos_ids, pad_id, graph=True)   # all of the above
 
 `freeze` gives every full-attention layer a full-precision buffer of sink + recent + page rows and a
 packed history sized for the whole generation, and puts the lengths the decode kernel reads in device
@@ -82,6 +83,12 @@ class StaticState:
             self.write_pos.sub_(moved)
             self.hist_len.add_(moved)
             self._set_starts()
+
+    def release(self) -> None:
+        """Detach from the layers (they and this state refer to each other): the buffers can be freed."""
+        for layer in self.layers:
+            layer.static = None
+        self.layers = []
 
     def _set_starts(self) -> None:
         hist_start, fp_start = region_starts(self.pad, self.n_sink, self.n_hist)
@@ -196,3 +203,48 @@ class DecodeStep:
         self.cuda_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.cuda_graph):
             self.logits = self._forward()
+
+
+def static_decode_refusal(cache, sampling: dict | None, prompt_tokens: int) -> str | None:
+    """Why `greedy_static` cannot serve this generation (one sentence), or None when it can."""
+    layers = list(getattr(cache, "layers", []))
+    if sampling and sampling.get("do_sample"):
+        return "static decode is greedy only (sampling was asked for)."
+    if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
+        return "static decode needs full attention in every layer and a quantizer that stores codes."
+    if not layers[0].use_kernels:
+        return "static decode needs a quantizer that stores codes and the Triton kernel path (CUDA, or kernels=triton)."
+    sink = layers[0].quantizer.sink_tokens
+    if sink is not None and prompt_tokens < sink:
+        return f"static decode needs prompts of at least sink_tokens={sink} tokens, got {prompt_tokens}."
+    return None
+
+
+def greedy_static(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int,
+                  graph: bool) -> torch.Tensor:
+    """Greedy generation like `model.generate(do_sample=False)`: eager prefill, then frozen-cache decode steps.
+
+    enc: input_ids / attention_mask [B, T] (left padding). Returns the new tokens [B, <= max_new_tokens]; a
+    sequence that produced an EOS id gets pad_id afterwards, and decoding stops once all have.
+    """
+    mask = enc["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
+    with torch.inference_mode():
+        logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True).logits[:, -1]
+    state = freeze(cache, max_new_tokens, mask)
+    step = DecodeStep(model, cache, state, graph=graph)
+    next_position = mask.long().sum(-1, keepdim=True)                              # [B, 1]
+    eos = torch.tensor(eos_ids or [-1], device=mask.device)
+    done = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
+    tokens = []
+    try:
+        for i in range(max_new_tokens):
+            token = torch.where(done, pad_id, logits.argmax(-1))                  # [B]
+            tokens.append(token)
+            done |= torch.isin(token, eos)
+            if i == max_new_tokens - 1 or (i % 8 == 7 and bool(done.all())):      # a host sync every 8 steps
+                break
+            logits = step(token[:, None], next_position + i)[:, -1]
+    finally:
+        state.release()
+    return torch.stack(tokens, dim=1)

@@ -129,3 +129,33 @@ def test_short_prompt_on_the_kernel_path(tiny, tmp_path, monkeypatch):
             outs.append(model.generate(**enc, max_new_tokens=6, do_sample=False, past_key_values=seam.new_cache(),
                                        pad_token_id=tok.pad_token_id))
     assert torch.equal(outs[0], outs[1])
+
+
+def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, monkeypatch):
+    """The harness's generation: greedy through the frozen cache (+ graph on CUDA) writes generate()'s texts."""
+    from eval.base import Example
+    from eval.generate import generate_outputs
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    examples = [Example(str(i), p, [], max_new_tokens=STEPS) for i, p in enumerate(PROMPTS)]
+    texts = {}
+    with install(model, quantizer, kernels="triton") as seam:
+        for mode in ("off", "on"):
+            texts[mode] = generate_outputs(model, tok, examples, seam.new_cache, batch_size=2, stop=["\n\n"],
+                                           static_decode=mode)
+    assert texts["on"] == texts["off"] and any(texts["on"])
+
+
+def test_static_decode_on_refuses_sampling_and_reference_caches(tiny, tmp_path, monkeypatch):
+    from eval.base import Example
+    from eval.generate import generate_outputs
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
+    examples = [Example("0", PROMPTS[0], [], max_new_tokens=4)]
+    with install(model, quantizer, kernels="triton") as seam:
+        with pytest.raises(ValueError, match="greedy only"):
+            generate_outputs(model, tok, examples, seam.new_cache, sampling={"do_sample": True}, static_decode="on")
+    with install(model, quantizer, kernels="reference") as seam:
+        with pytest.raises(ValueError, match="kernel path"):
+            generate_outputs(model, tok, examples, seam.new_cache, static_decode="on")
+        assert generate_outputs(model, tok, examples, seam.new_cache, static_decode="auto")   # falls back to generate
+    with pytest.raises(ValueError, match="static_decode must be"):
+        generate_outputs(model, tok, examples, None, static_decode="fast")
