@@ -227,6 +227,8 @@ def greedy_static(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[in
     enc: input_ids / attention_mask [B, T] (left padding). Returns the new tokens [B, <= max_new_tokens]; a
     sequence that produced an EOS id gets pad_id afterwards, and decoding stops once all have.
     """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     mask = enc["attention_mask"]
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
     with torch.inference_mode():
