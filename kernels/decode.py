@@ -71,8 +71,9 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
 
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two
     pipeline stages with a 128-register cap were 12-14 % faster at batch 1 / 128k, and slower at batch 32
-    (results/bench/sweep_decode_tiles.md, sweep_decode_splits.md). asm_unpack was 4-6 % faster at every
-    shape measured, merge_block=64 10 % at batch 1 and neutral elsewhere.
+    (results/bench/sweep_decode_tiles.md, sweep_decode_splits.md); 4 programs per SM a further 5 % there (in
+    two runs). asm_unpack was 4-6 % faster at every shape measured, merge_block=64 10 % at batch 1 and
+    neutral elsewhere.
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
@@ -80,7 +81,7 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, asm_unpack=True, merge_block=64)
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, asm_unpack=True,
-                            merge_block=64)
+                            merge_block=64, programs_per_sm=4)
     return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
 
 

@@ -264,11 +264,13 @@ def _variant(spec: QuantSpec) -> int:
     return LLOYD_MAX if spec.lloyd_max else SYMMETRIC if spec.symmetric else ASYMMETRIC
 
 
-def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None):
+def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None,
+                  block_t: int | None = None, num_warps: int = 4):
     """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
 
     codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
     `out=(codes, scale, zero)` writes into preallocated (possibly strided) views, e.g. cache slices.
+    block_t (token axis, a power of two) and num_warps override the launch tiles (benchmarks).
     """
     _check_inputs(x, spec, rotation)
     codes, scale, zero = _allocate_or_check(x, spec, out)
@@ -282,7 +284,7 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
     if x3.shape[0] == 0 or tokens == 0:
         return codes, scale, zero
     channel = spec.axis == "channel"
-    block_t = spec.group if channel else max(16, 2048 // head_dim)
+    block_t = spec.group if channel else block_t or max(16, 2048 // head_dim)
     interpret = interpreter_forced() or not x.is_cuda
     rot = rotation.contiguous() if rotation is not None else x3
     clip_index = min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1) if spec.clip_ratio is not None else 0
@@ -295,6 +297,6 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
         CHANNEL=channel, VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None, CLIP_INDEX=clip_index,
         ROTATE=rotation is not None, ROT_FP32=interpret or rot.dtype == torch.float32, ROT_BLOCK=32,
         SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t,
-        num_warps=4, enable_fp_fusion=False,
+        num_warps=num_warps, enable_fp_fusion=False,
     )
     return codes, scale, zero

@@ -151,18 +151,22 @@ def _decode_bytes(batch: int, ctx: int, bits: int) -> int:
     return batch * KV_HEADS * per_head + 2 * batch * Q_HEADS * HEAD_DIM * 2
 
 
-def bench_write(tokens: int, batch: int, copy_tbs: float) -> list[dict]:
-    """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation."""
+def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, 4),)) -> list[dict]:
+    """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation;
+    each with every (block_t, num_warps) of `tiles` (None: the default tile)."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
     rows = []
-    for label, spec, rot in (("int2", QuantSpec(bits=2, group=128), None),
-                             ("int2 clip", QuantSpec(bits=2, group=128, clip_ratio=0.96), None),
-                             ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
-                             ("int4 g32", QuantSpec(bits=4, group=32), None)):
-        def call(_, spec=spec, rot=rot):
+    variants = (("int2", QuantSpec(bits=2, group=128), None),
+                ("int2 clip", QuantSpec(bits=2, group=128, clip_ratio=0.96), None),
+                ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
+                ("int4 g32", QuantSpec(bits=4, group=32), None))
+    for (label, spec, rot), (block_t, warps) in [(v, t) for v in variants for t in tiles]:
+        label = label if block_t is None else f"{label} block_t={block_t} warps={warps}"
+
+        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps):
             x = torch.randn(batch, KV_HEADS, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            out = quantize_pack(x, spec, rot)
-            return lambda: quantize_pack(x, spec, rot, out=out)
+            out = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps)
+            return lambda: quantize_pack(x, spec, rot, out=out, block_t=block_t, num_warps=warps)
 
         x_bytes = batch * KV_HEADS * tokens * HEAD_DIM * 2
         nbytes = x_bytes + x_bytes * spec.container_bits // 16 + batch * KV_HEADS * tokens * 4 * (HEAD_DIM // spec.group)
@@ -248,6 +252,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
     parser.add_argument("--sweep", action="store_true", help="also time a grid of decode tile configs")
     parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
+    parser.add_argument("--write-tiles", default="", help="extra write-path tiles, e.g. 32x4,64x8 (block_t x warps)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU.")
@@ -262,7 +267,8 @@ def main() -> None:
         do_sweep = sweep if (batch, ctx) in SWEEP_SHAPES or args.quick else []
         decode_rows.append(bench_decode_point(batch, ctx, copy_tbs, do_sweep))
         print({k: v for k, v in decode_rows[-1].items() if k != "sweep"}, flush=True)
-    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs)[:2])
+    tiles = ((None, 4), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
+    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs, tiles))
     print_sweep(decode_rows)
     table = markdown(device, copy_tbs, decode_rows, write_rows)
     if os.environ.get("OUT"):

@@ -25,7 +25,7 @@ from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
 GRID = [{}, {"asm_unpack": False}, {"merge_block": 16}, {"num_stages": 3, "maxnreg": None},
-        {"num_stages": 2, "maxnreg": 128}, {"programs_per_sm": 4}, {"programs_per_sm": 16}]
+        {"num_stages": 2, "maxnreg": 128}, {"programs_per_sm": 4}, {"programs_per_sm": 8}, {"programs_per_sm": 16}]
 
 
 def check(cfg: DecodeConfig) -> float:

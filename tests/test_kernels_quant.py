@@ -118,3 +118,13 @@ def test_bad_out_raises():
     codes, scale, zero = quantize_pack(x, spec)
     with pytest.raises(ValueError, match="out scale"):
         quantize_pack(x, spec, out=(codes, scale.float(), zero))
+
+
+def test_launch_tile_override_keeps_codes_bit_exact():
+    """block_t / num_warps (the bench's write-path tiles) change the launch, never the result."""
+    spec = QuantSpec(bits=2, group=64, clip_ratio=0.9)
+    x = torch.randn(2, 3, 70, 128, generator=torch.Generator().manual_seed(5))
+    ref = quantize_pack_reference(x, spec)
+    for block_t, warps in ((32, 4), (64, 8)):
+        got = quantize_pack(x.to(DEVICE), spec, block_t=block_t, num_warps=warps)
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(got, ref))
