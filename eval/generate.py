@@ -33,11 +33,13 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
 
 
 def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
-                     stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off") -> list[str]:
+                     stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off",
+                     paths: dict | None = None) -> list[str]:
     """Generate one continuation per example (greedy unless `sampling` gives do_sample params).
 
     static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of oscar.static_cache;
     refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
+    paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance).
     """
     if static_decode not in STATIC_MODES:
         raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
@@ -53,6 +55,9 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             cache = new_cache()
             refusal = "off" if static_decode == "off" else \
                 static_decode_refusal(cache, sampling, enc["input_ids"].shape[1])
+            if paths is not None:
+                path = "static" if refusal is None else "generate"
+                paths[path] = paths.get(path, 0) + 1
             if refusal is None:
                 new_tokens = greedy_static(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
                                            graph=device.type == "cuda")

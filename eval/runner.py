@@ -18,7 +18,8 @@ def task_options(task_cfg) -> dict:
     return {k: v for k, v in opts.items() if k not in RUNNER_KEYS}
 
 
-def run_task(module, task_cfg, loaded, seam, ctx: int, seed: int, static_decode: str = "off"):
+def run_task(module, task_cfg, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
+             paths: dict | None = None):
     if hasattr(module, "run"):
         return module.run(loaded, seam, task_cfg, ctx, seed)
     opts = task_options(task_cfg)
@@ -26,7 +27,7 @@ def run_task(module, task_cfg, loaded, seam, ctx: int, seed: int, static_decode:
     outputs = generate_outputs(loaded.model, loaded.tokenizer, examples, seam.new_cache,
                                batch_size=int(task_cfg.get("batch_size", 1)),
                                sampling=task_cfg.get("sampling"), stop=list(task_cfg.get("stop") or []),
-                               desc=task_cfg.name, static_decode=static_decode)
+                               desc=task_cfg.name, static_decode=static_decode, paths=paths)
     records = [Record(ex.id, out, float(module.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]), ex.meta)
                for ex, out in zip(examples, outputs)]
     return module.aggregate(records), records

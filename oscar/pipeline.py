@@ -122,7 +122,10 @@ def execute(plan: CellPlan, device: str):
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
+        paths: dict[str, int] = {}
+        static_decode = str(cfg.get("static_decode", "auto"))
         metrics, records = run_task(plan.task_module, cfg.task, loaded, seam, cfg.ctx.tokens, int(cfg.seed),
-                                    static_decode=str(cfg.get("static_decode", "auto")))
+                                    static_decode=static_decode, paths=paths)
+        plan.recorder.run = {"kernels": seam.use_kernels, "static_decode": static_decode, "decode_batches": paths}
     metrics["bits_per_element"] = plan.quantizer.bits_per_element(cfg.ctx.tokens)
     return metrics, records

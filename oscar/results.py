@@ -110,12 +110,14 @@ class CellRecorder:
         self.results_dir, self.key = results_dir, cell_key
         self.cell = cell_hash(cell_config)
         self.started = time.time()
+        self.run: dict = {}       # how the cell ran (kernel path, decode path per batch): provenance, not identity
 
     def _row(self, metric: str, value, status: str, error: str = "") -> dict:
         return {**self.key, "metric": metric, "value": value, "status": status, "error": error,
                 "cell": self.cell, "config_hash": self.cell, "git_sha": git_sha(), "versions": versions(),
                 "device": device_name(), "wall_time_s": round(time.time() - self.started, 2),
-                "peak_mem_mb": round(peak_memory_mb(), 1), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                "peak_mem_mb": round(peak_memory_mb(), 1), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "run": self.run}
 
     def write_ok(self, metrics: dict, records=()) -> list[dict]:
         rows = [self._row(name, float(value), "ok") for name, value in metrics.items()]

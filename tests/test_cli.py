@@ -46,6 +46,7 @@ def test_tiny_run_writes_rows_then_skips(tmp_path):
         assert {"model", "quantizer", "task", "ctx", "seed", "metric", "value", "git_sha", "config_hash",
                 "versions", "device", "wall_time_s", "peak_mem_mb", "status"} <= row.keys()
         assert row["status"] == "ok" and row["model"] == "tiny_qwen3"
+        assert row["run"]["static_decode"] == "auto" and sum(row["run"]["decode_batches"].values()) >= 1
     second = run("debug=tiny", results_dir=tmp_path)
     assert second.returncode == 0 and "[skip]" in second.stdout
 

@@ -137,12 +137,13 @@ def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, mo
     from eval.generate import generate_outputs
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
     examples = [Example(str(i), p, [], max_new_tokens=STEPS) for i, p in enumerate(PROMPTS)]
-    texts = {}
+    texts, paths = {}, {}
     with install(model, quantizer, kernels="triton") as seam:
         for mode in ("off", "on"):
             texts[mode] = generate_outputs(model, tok, examples, seam.new_cache, batch_size=2, stop=["\n\n"],
-                                           static_decode=mode)
+                                           static_decode=mode, paths=paths)
     assert texts["on"] == texts["off"] and any(texts["on"])
+    assert paths == {"generate": 1, "static": 1}
 
 
 def test_static_decode_on_refuses_sampling_and_reference_caches(tiny, tmp_path, monkeypatch):
