@@ -1,4 +1,4 @@
-"""Static decode for three-region caches: fixed buffers, lengths on the device, one CUDA graph per run.
+"""Static decode for three-region caches: fixed buffers, lengths on the device, one CUDA graph per generation.
 
     state = freeze(cache, max_new_tokens, attention_mask)        # after the prefill (eager)
     step = DecodeStep(model, cache, state, graph=True)           # CUDA: captured on its second call
