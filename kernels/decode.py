@@ -69,11 +69,11 @@ def is_small_grid(units: int, sms: int) -> bool:
 def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
 
-    small_grid: very few (sequence, KV head) units (`is_small_grid`). There two
-    pipeline stages with a 128-register cap were 12-14 % faster at batch 1 / 128k, and slower at batch 32
-    (results/bench/sweep_decode_tiles.md, sweep_decode_splits.md); 4 programs per SM a further 5 % there (in
-    two runs). asm_unpack was 4-6 % faster at every shape measured, merge_block=64 10 % at batch 1 and
-    neutral elsewhere.
+    small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
+    128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
+    3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
+    history). asm_unpack was 3.6-9.3 % faster per shape in the three committed sweeps, merge_block=64 up to
+    10 % at batch 1 and neutral elsewhere.
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)

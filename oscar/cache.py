@@ -111,6 +111,12 @@ class PackedHistory:
         return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers)
 
 
+def decode_demotion(n_recent: int, quantizer) -> int:
+    """Recent rows to demote before a decode step: whole pages beyond the recent window (METHOD_OSCAR §7.3)."""
+    excess = n_recent - quantizer.recent_tokens
+    return max(0, excess // quantizer.page_tokens * quantizer.page_tokens)
+
+
 def region_starts(pad: torch.Tensor, n_sink: int, n_hist: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(history_start, fp_start) [B] int32 of sequences whose first visible position is `pad` [B]."""
     hist_start = (pad - n_sink).clamp(0, n_hist)
@@ -212,8 +218,7 @@ class ThreeRegionLayer(DynamicLayer):
             return
         n_recent = self.keys.shape[-2] - self.n_sink
         excess = n_recent - self.quantizer.recent_tokens
-        page = self.quantizer.page_tokens
-        n_move = excess - excess % self._alignment() if prefill else (excess // page) * page
+        n_move = excess - excess % self._alignment() if prefill else decode_demotion(n_recent, self.quantizer)
         if n_move <= 0:
             return
         lo, hi = self.n_sink, self.n_sink + n_move
@@ -250,6 +255,7 @@ class ThreeRegionLayer(DynamicLayer):
             hist_start, fp_start = self.sequence_starts(attention_mask)
             hist_len = torch.full((batch,), self.history_length, dtype=torch.int32, device=device)
             fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
+            # the mask is kept so that its id cannot be reused by another object while the key holds it
             self.step_memo.update(key=key, mask=attention_mask, lengths=(hist_len, fp_len, hist_start, fp_start))
         return self.step_memo["lengths"]
 

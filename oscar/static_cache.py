@@ -17,19 +17,24 @@ frozen cache holds exactly the rows the dynamic one would.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
-from oscar.cache import KVView, ThreeRegionLayer, region_starts
+from oscar.cache import KVView, ThreeRegionLayer, decode_demotion, region_starts
 
 
 class StaticState:
-    """Region lengths of a frozen cache: host ints (to plan demotions) mirrored by int32 device tensors."""
+    """Region lengths of a frozen cache: host ints (to plan demotions) mirrored by int32 device tensors.
+
+    The layers point at this state (`layer.static`); it points back through weak proxies, so dropping the
+    cache frees its buffers without a garbage-collector pass.
+    """
 
     def __init__(self, layers: list[ThreeRegionLayer], pad: torch.Tensor, n_fp: int, max_new_tokens: int):
-        first, quantizer = layers[0], layers[0].quantizer
-        self.layers, self.pad = layers, pad                                          # pad: [B] first visible position
-        self.recent, self.page = quantizer.recent_tokens, quantizer.page_tokens
+        first = layers[0]
+        self.layers = [weakref.proxy(layer) for layer in layers]
+        self.quantizer, self.pad = first.quantizer, pad                              # pad: [B] first visible position
         self.n_sink, self.n_hist, self.n_tokens = first.n_sink, first.history_length, first.n_tokens
         self.n_fp = n_fp                                                             # fp rows in use (the buffers hold more)
         self.steps_left = max_new_tokens
@@ -72,8 +77,7 @@ class StaticState:
         """Refuse a step beyond the frozen capacity; demote whole pages beyond the recent window (eager)."""
         if self.steps_left <= 0:
             raise ValueError("more decode steps than the max_new_tokens the cache was frozen for.")
-        excess = self.n_fp - self.n_sink - self.recent
-        moved = (excess // self.page) * self.page
+        moved = decode_demotion(self.n_fp - self.n_sink, self.quantizer)
         if moved > 0:
             for layer in self.layers:
                 demote_rows(layer, self.n_sink, self.n_fp, moved)
@@ -83,12 +87,6 @@ class StaticState:
             self.write_pos.sub_(moved)
             self.hist_len.add_(moved)
             self._set_starts()
-
-    def release(self) -> None:
-        """Detach from the layers (they and this state refer to each other): the buffers can be freed."""
-        for layer in self.layers:
-            layer.static = None
-        self.layers = []
 
     def _set_starts(self) -> None:
         hist_start, fp_start = region_starts(self.pad, self.n_sink, self.n_hist)
@@ -114,15 +112,12 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
     attention_mask: the prompt's [B, T] padding mask (1 = token, left padding) or None.
     """
     layers = list(getattr(cache, "layers", []))
-    if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
-        raise ValueError("static decode needs a cache of three-region layers only (full attention in every layer; "
-                         "sliding-window layers keep a growing cache).")
+    refusal = _cache_refusal(layers, getattr(layers[0], "n_tokens", 0) if layers else 0)
+    if refusal is None and not layers[0].is_initialized:
+        refusal = "static decode needs a prefilled cache."
+    if refusal:
+        raise ValueError(refusal)
     first = layers[0]
-    if not first.is_initialized or not first.use_kernels:
-        raise ValueError("static decode needs a prefilled cache on the kernel path (CUDA, or kernels=triton).")
-    if first.quantizer.sink_tokens is not None and first.n_tokens < first.quantizer.sink_tokens:
-        raise ValueError(f"static decode needs a prompt of at least sink_tokens={first.quantizer.sink_tokens} "
-                         f"tokens, got {first.n_tokens}.")
     n_fp, batch, device = first.keys.shape[-2], first.keys.shape[0], first.keys.device
     fp_rows = max(n_fp, first.n_sink + first.quantizer.recent_tokens + first.quantizer.page_tokens)
     for layer in layers:
@@ -207,11 +202,16 @@ class DecodeStep:
 
 def static_decode_refusal(cache, sampling: dict | None, prompt_tokens: int) -> str | None:
     """Why `greedy_static` cannot serve this generation (one sentence), or None when it can."""
-    layers = list(getattr(cache, "layers", []))
     if sampling and sampling.get("do_sample"):
         return "static decode is greedy only (sampling was asked for)."
+    return _cache_refusal(list(getattr(cache, "layers", [])), prompt_tokens)
+
+
+def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
+    """Why a cache of these layers cannot be frozen after a prompt of `prompt_tokens` tokens, or None."""
     if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
-        return "static decode needs full attention in every layer and a quantizer that stores codes."
+        return ("static decode needs three-region layers only (full attention in every layer; sliding-window "
+                "layers keep a growing cache).")
     if not layers[0].use_kernels:
         return "static decode needs a quantizer that stores codes and the Triton kernel path (CUDA, or kernels=triton)."
     sink = layers[0].quantizer.sink_tokens
@@ -239,14 +239,11 @@ def greedy_static(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[in
     eos = torch.tensor(eos_ids or [-1], device=mask.device)
     done = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
     tokens = []
-    try:
-        for i in range(max_new_tokens):
-            token = torch.where(done, pad_id, logits.argmax(-1))                  # [B]
-            tokens.append(token)
-            done |= torch.isin(token, eos)
-            if i == max_new_tokens - 1 or (i % 8 == 7 and bool(done.all())):      # a host sync every 8 steps
-                break
-            logits = step(token[:, None], next_position + i)[:, -1]
-    finally:
-        state.release()
+    for i in range(max_new_tokens):
+        token = torch.where(done, pad_id, logits.argmax(-1))                      # [B]
+        tokens.append(token)
+        done |= torch.isin(token, eos)
+        if i == max_new_tokens - 1 or (i % 8 == 7 and bool(done.all())):          # a host sync every 8 steps
+            break
+        logits = step(token[:, None], next_position + i)[:, -1]
     return torch.stack(tokens, dim=1)

@@ -4,7 +4,7 @@ Run on the GPU box from the repo root (needs only torch, triton, kernels/ and os
 
     python scripts/bench_kernels.py            # full table: Qwen3-8B shapes, batch 1/8/32, ctx 8k/32k/128k
     python scripts/bench_kernels.py --quick    # tiny smoke run
-    python scripts/bench_kernels.py --sweep    # also time a grid of decode tile configs
+    python scripts/sweep_decode_tiles.py       # decode tile / split variants: a script of its own
 
 Decode shapes: 32 query heads, 8 KV heads, head_dim 128, one query token, a BF16 segment of
 64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero, one group per
@@ -18,7 +18,6 @@ The Markdown table is printed last; with $OUT set, all numbers also go to $OUT/b
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -42,7 +41,6 @@ SINK, RECENT = 64, 256
 FULL_SHAPES = [(1, 8192), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (8, 131072),
                (32, 8192), (32, 32768), (32, 102400)]
 QUICK_SHAPES = [(1, 4096), (8, 8192)]
-SWEEP_SHAPES = [(1, 131072), (8, 32768), (32, 102400)]
 ROTATE_BYTES = 256 << 20   # inputs per timed graph: ~5x the H100's 50 MB L2
 
 
@@ -116,7 +114,7 @@ def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None
     return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
 
 
-def bench_decode_point(batch: int, ctx: int, copy_tbs: float, sweep: list[DecodeConfig]) -> dict:
+def bench_decode_point(batch: int, ctx: int, copy_tbs: float) -> dict:
     """Time BF16 SDPA, INT2 and INT4 decode at one (batch, ctx)."""
     row = {"batch": batch, "ctx": ctx}
     kv_bytes = 2 * batch * KV_HEADS * ctx * HEAD_DIM * 2 + 2 * batch * Q_HEADS * HEAD_DIM * 2
@@ -131,16 +129,13 @@ def bench_decode_point(batch: int, ctx: int, copy_tbs: float, sweep: list[Decode
     for bits in (2, 4):
         nbytes = _decode_bytes(batch, ctx, bits)
 
-        def call(_, bits=bits, cfg=None):
-            return decode_call(batch, ctx, bits, cfg)
+        def call(_, bits=bits):
+            return decode_call(batch, ctx, bits)
 
         ms = graph_ms(call, nbytes)
         tbs = nbytes / ms / 1e9
         row.update({f"int{bits}_ms": ms, f"int{bits}_tbs": tbs, f"int{bits}_of_copy": tbs / copy_tbs,
                     f"int{bits}_speedup": row["bf16_ms"] / ms, f"int{bits}_launch_us": launch_us(call(0))})
-        if bits == 2 and sweep:
-            row["sweep"] = [dict(dataclasses.asdict(cfg), ms=graph_ms(lambda i, cfg=cfg: call(i, cfg=cfg), nbytes))
-                            for cfg in sweep]
     return row
 
 
@@ -217,13 +212,6 @@ def check_correctness() -> list[str]:
     return failures
 
 
-def sweep_configs() -> list[DecodeConfig]:
-    grid = [(bn, w, st, 8) for bn in (64, 128, 256) for w in (4, 8) for st in (2, 3) if not (bn == 256 and w == 4)]
-    grid += [(128, 4, 3, 4), (128, 4, 3, 16), (64, 4, 2, 16)]
-    return [DecodeConfig(block_n=bn, block_f=64, num_warps=w, num_stages=st, programs_per_sm=pps)
-            for bn, w, st, pps in grid]
-
-
 def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: list[dict]) -> str:
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
              f"(read + write); decode tiles {default_config(HEAD_DIM, True)}; at batch 1-2 "
@@ -241,16 +229,9 @@ def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: 
     return "\n".join(lines)
 
 
-def print_sweep(decode_rows: list[dict]) -> None:
-    for r in decode_rows:
-        for s in sorted(r.get("sweep", []), key=lambda s: s["ms"])[:6]:
-            print(f"sweep B={r['batch']} ctx={r['ctx']}: {s}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
-    parser.add_argument("--sweep", action="store_true", help="also time a grid of decode tile configs")
     parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
     parser.add_argument("--write-tiles", default="", help="extra write-path tiles, e.g. 32x4,64x8 (block_t x warps)")
     args = parser.parse_args()
@@ -261,15 +242,12 @@ def main() -> None:
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth(256 << 20 if args.quick else 2 << 30)
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
-    sweep = sweep_configs() if args.sweep else []
     decode_rows = []
     for batch, ctx in shapes:
-        do_sweep = sweep if (batch, ctx) in SWEEP_SHAPES or args.quick else []
-        decode_rows.append(bench_decode_point(batch, ctx, copy_tbs, do_sweep))
-        print({k: v for k, v in decode_rows[-1].items() if k != "sweep"}, flush=True)
+        decode_rows.append(bench_decode_point(batch, ctx, copy_tbs))
+        print(decode_rows[-1], flush=True)
     tiles = ((None, 4), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
     write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs, tiles))
-    print_sweep(decode_rows)
     table = markdown(device, copy_tbs, decode_rows, write_rows)
     if os.environ.get("OUT"):
         payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,

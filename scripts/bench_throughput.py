@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import sys
@@ -175,7 +174,6 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
-    gc.collect()                        # a frozen cache and its layers refer to each other: free the last row's
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

@@ -75,3 +75,16 @@ def test_time_prefill_runs_on_the_offline_gemma_and_both_paths_agree():
     assert len(row) == 1
     max_logit_diff = float(row[0].split("|")[8])
     assert max_logit_diff < 0.1                          # windowed (1100 > 2 x 512 rows) vs one full-mask SDPA
+
+
+def test_decode_sass_counts_the_history_loop_and_the_asm_unpack_halves_its_lop3():
+    """scripts/decode_sass.py compiles stage 1 for sm_90a offline (Triton's ptxas/nvdisasm): no GPU needed."""
+    proc = subprocess.run([sys.executable, "scripts/decode_sass.py"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| True") or
+            line.startswith("| False")]
+    plain, asm = ({op.split()[0]: int(op.split()[1]) for op in row[4].split(",")} | {"total": int(row[3])}
+                  for row in rows[:2])
+    assert plain["HMMA"] == asm["HMMA"] == 64            # 4 fields x (K and V) x 8 MMAs per warp per 128-token tile
+    assert asm["LOP3"] * 2 == plain["LOP3"] and asm["total"] < plain["total"]

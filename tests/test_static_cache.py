@@ -89,6 +89,26 @@ def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
             step(ids, ids)
 
 
+def test_a_dropped_frozen_cache_is_freed_without_a_gc_pass(tiny, tmp_path, monkeypatch):
+    """Layers and their StaticState must not form a reference cycle: the buffers go with the last reference."""
+    import gc
+    import weakref
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
+    gc.disable()
+    try:
+        with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+            cache = seam.new_cache()
+            model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
+            step = DecodeStep(model, cache, freeze(cache, 4, enc.attention_mask))
+            step(torch.ones(2, 1, dtype=torch.long, device=DEVICE), enc.attention_mask.sum(-1, keepdim=True))
+            layer, buffer = weakref.ref(cache.layers[0]), weakref.ref(cache.layers[0].keys)
+            del cache, step
+        assert layer() is None and buffer() is None
+    finally:
+        gc.enable()
+
+
 def test_freeze_refuses_what_cannot_be_static(tiny, tmp_path, monkeypatch):
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)

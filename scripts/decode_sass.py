@@ -1,0 +1,129 @@
+"""Compile the INT2 decode kernel (stage 1) for an H100 offline and count the SASS of its history loop.
+
+No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
+
+    python scripts/decode_sass.py                # the bench's batch-8 shape: default tiles, with and without asm_unpack
+
+The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
+it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
+loop is the loop whose body holds the HMMA instructions; its static instruction count is what one warp issues
+per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions, and the leading opcodes.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"      # compile only (nothing runs), so the interpreter must stay off
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.decode import LOG2E, ROW_BLOCK, TOKEN, _decode_stage1_kernel, default_config  # noqa: E402
+
+BATCH, Q_HEADS, KV_HEADS, HEAD_DIM, HIST, FP_ROWS, BITS = 8, 32, 8, 128, 32448, 320, 2
+POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
+                 "vs_ptr": "*fp16", "vz_ptr": "*fp16", "fk_ptr": "*bf16", "fv_ptr": "*bf16", "hist_len_ptr": "*i32",
+                 "fp_len_ptr": "*i32", "hist_start_ptr": "*i32", "fp_start_ptr": "*i32", "part_o_ptr": "*fp32",
+                 "part_lse_ptr": "*fp32"}
+
+
+def runtime_arguments() -> dict:
+    """Scalar arguments of the batch-8 INT2 launch ([B, H, T, D] contiguous tensors as bench_kernels builds them)."""
+    nb = HEAD_DIM * BITS // 8
+    return dict(qk_scale=HEAD_DIM ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=Q_HEADS // KV_HEADS,
+                n_hist_splits=16, n_fp_splits=1,
+                stride_qb=Q_HEADS * HEAD_DIM, stride_qh=HEAD_DIM, stride_qt=HEAD_DIM,
+                stride_kcb=KV_HEADS * HIST * nb, stride_kch=HIST * nb, stride_kcn=nb,
+                stride_ksb=KV_HEADS * HIST, stride_ksh=HIST, stride_ksn=1,
+                stride_vcb=KV_HEADS * HIST * nb, stride_vch=HIST * nb, stride_vcn=nb,
+                stride_vsb=KV_HEADS * HIST, stride_vsh=HIST, stride_vsn=1,
+                stride_fb=KV_HEADS * FP_ROWS * HEAD_DIM, stride_fh=FP_ROWS * HEAD_DIM, stride_fn=HEAD_DIM)
+
+
+def compile_stage1(asm_unpack: bool, maxnreg: int | None):
+    """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
+    cfg = replace(default_config(HEAD_DIM, on_gpu=True), asm_unpack=asm_unpack, maxnreg=maxnreg)
+    constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
+                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, K_OFFSET=1024.0, BLOCK_R=ROW_BLOCK,
+                      BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
+    scalars = runtime_arguments()
+    names = list(inspect.signature(_decode_stage1_kernel.fn).parameters)
+    signature, folded, attrs = {}, {}, {}
+    for i, name in enumerate(names):
+        if name in constexprs:
+            signature[name], folded[(i,)] = "constexpr", constexprs[name]
+        elif name in POINTER_TYPES:
+            signature[name], attrs[(i,)] = POINTER_TYPES[name], [["tt.divisibility", 16]]
+        elif isinstance(scalars[name], float):
+            signature[name] = "fp32"
+        elif scalars[name] == 1:
+            signature[name], folded[(i,)] = "constexpr", 1
+        else:
+            signature[name] = "i32"
+            if scalars[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    src = ASTSource(_decode_stage1_kernel, signature, constexprs=folded, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def cuda_tool(tool: str, cubin: bytes, *flags: str) -> str:
+    """Run one of Triton's bundled CUDA binaries (nvdisasm, cuobjdump) on a cubin; its stdout."""
+    binary = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([str(binary), *flags, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def registers(cubin: bytes) -> int:
+    return int(re.search(r"REG:(\d+)", cuda_tool("cuobjdump", cubin, "--dump-resource-usage")).group(1))
+
+
+INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+BACK_BRANCH = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")
+
+
+def history_loop(lines: list[str]) -> list[str]:
+    """Opcodes of the loop (label .. backward branch) holding the most HMMA instructions."""
+    labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if line.strip().startswith(".L_x_")}
+    best: list[str] = []
+    for end, line in enumerate(lines):
+        match = BACK_BRANCH.search(line)
+        if not match or labels.get(match.group(1), end) >= end:
+            continue
+        body = [m.group(1) for m in map(INSTRUCTION.search, lines[labels[match.group(1)]:end + 1]) if m]
+        if body.count("HMMA") > best.count("HMMA"):
+            best = body
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
+    args = parser.parse_args()
+    print("| asm_unpack | maxnreg | registers | loop instructions / warp / tile | leading opcodes |")
+    print("|---|---|---|---|---|")
+    for asm_unpack, maxnreg in ((False, None), (True, None), (True, 128)):
+        kernel = compile_stage1(asm_unpack, maxnreg)
+        cubin = kernel.asm["cubin"]
+        loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+        counts = collections.Counter(loop).most_common(args.top)
+        print(f"| {asm_unpack} | {maxnreg} | {registers(cubin)} | {len(loop)} | "
+              + ", ".join(f"{op} {n}" for op, n in counts) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
