@@ -8,14 +8,18 @@ Two launches (flash-decoding):
   was right). Splits s < S_hist walk 1/S_hist
   of the sequence's packed history in BLOCK_N-token tiles. Each tile's bytes are loaded once
   ([BLOCK_N, D*bits/8], coalesced, software-pipelined) and never reshaped: with p codes per byte,
-  "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked and OR-ed into the
-  mantissa of 1024.0 (fp16), giving the exact value 1024 + 2^(f*b) * code with one AND/OR and no
-  shifts or int->float conversions (`DecodeConfig.asm_unpack`: in inline PTX, one LOP3 per fp16 pair
-  and field where ptxas emits two). Scores are sum_f q_f @ field_f^T (q_f = q's f-th column block
-  times 2^(-f*b)), chained in one fp32 accumulator; values keep one accumulator per field. For the
-  single-group token layout the per-token (scale, zero) are folded around the dots instead of
-  dequantizing elements (keys also fold the 1024 offset, values subtract it exactly):
+  "field" f of every byte (bits f*b..f*b+b-1, coordinates f*D/p + j) is masked in place, no shifts or
+  int->float conversions: for the single-group token layout the masked bits read as fp16 are the exact
+  subnormal 2^-24 * 2^(f*b) * code (FIELD_TINY, one AND per fp16 pair), otherwise they are OR-ed into
+  the mantissa of 1024.0 and the 1024 subtracted (FIELD_EXACT; `DecodeConfig.asm_unpack` does either in
+  inline PTX, one instruction per pair and field where ptxas emits two). Scores are sum_f q_f @ field_f^T
+  (q_f = q's f-th column block times 2^(-f*b)), chained in one fp32 accumulator; values keep one
+  accumulator per field. For the single-group token layout the per-token (scale, zero) are folded around
+  the dots instead of dequantizing elements (and 2^24 into the scales):
       q.k_n = s_n * (q.c_n - z_n * sum(q)),    sum_n p_n v_n = sum_n (p_n s_n) c_n - sum_n p_n s_n z_n.
+  With `DecodeConfig.warp_tiles` (the GPU default for larger grids) that layout runs `_history_warp_tiles`:
+  each warp owns a token sub-tile, the tokens are the score MMA's M (no padded query rows), and nothing
+  crosses warps inside the loop.
   Grouped token layouts and the KIVI channel layout dequantize each field instead.
   Splits s >= S_hist attend to the fp segment (BF16 sink + recent) with the causal rule for the
   T_q new tokens. Each split stores its normalized partial output and base-2 log-sum-exp.
@@ -41,8 +45,11 @@ from oscar.quantize import QuantSpec
 HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 128            # GROUP * T_q query rows per KV head
 ROW_BLOCK = 16            # query rows per program (the MMA's M)
+WARP_TILE_ROWS = 8        # query rows per program with DecodeConfig.warp_tiles (the MMA's N), up to GQA 8
 TOKEN, TOKEN_GROUPED, CHANNEL = 0, 1, 2
 LOG2E = 1.4426950408889634
+FIELD_EXACT, FIELD_TINY = tl.constexpr(0), tl.constexpr(1)  # `_field` modes
+TINY_SCALE = tl.constexpr(16777216.0)  # 2^24: FIELD_TINY values are 2^-24 * 2^(f*bits) * code
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class DecodeConfig:
     maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
     asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
     merge_block: int = 16     # splits merged per iteration of stage 2
+    warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -73,7 +81,9 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
     history). asm_unpack was 3.6-9.3 % faster per shape in the three committed sweeps, merge_block=64 up to
-    10 % at batch 1 and neutral elsewhere.
+    10 % at batch 1 and neutral elsewhere. Larger grids take warp tiles of 256 tokens (64 per warp): 8-22 %
+    faster than the row-major loop at batch 8 / 32k and 32 / 100k, but 3-40 % slower at batch 1 / 128k
+    (sweep_decode_tiles.md); rescaling only when a running max grows was slower (it needs a block barrier).
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
@@ -82,49 +92,57 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, asm_unpack=True,
                             merge_block=64, programs_per_sm=4)
-    return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
+    return DecodeConfig(block_n=256, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64,
+                        warp_tiles=True)
 
 
 @triton.constexpr_function
-def _field_ptx(bits, f, keep_offset):
+def _field_ptx(bits, f, mode):
     """Inline PTX of `_field` (fp16) for one pack=4 block: input $2 holds 4 packed bytes b0..b3 (element k
     = byte k, b0 lowest); outputs $0 = fp16 pair (b0, b1), $1 = (b2, b3), element 2j in the low half of $j.
 
     prmt.b32 with selector 0x4140 / 0x4342 and a zero second source zero-extends b0, b1 / b2, b3 into the
-    two 16-bit lanes; one lop3.b32 (a & b) | c (LUT 0xEA) per pair keeps field f of each lane and ORs in
-    1024.0 (0x6400): the exact fp16 1024 + 2^(f*bits) * code (the byte's 8 bits fit the 10-bit mantissa).
-    Without keep_offset one sub.f16x2 per pair removes the 1024 exactly.
+    two 16-bit lanes. FIELD_TINY: one and.b32 per pair keeps field f of each lane, which read as fp16 is the
+    subnormal 2^-24 * 2^(f*bits) * code (the byte's 8 bits fit the 10-bit mantissa; H100 tensor cores keep
+    fp16 subnormals). FIELD_EXACT: one lop3.b32 (a & b) | c (LUT 0xEA) per pair also ORs in 1024.0 (0x6400),
+    the exact fp16 1024 + 2^(f*bits) * code, and one sub.f16x2 per pair removes the 1024 exactly.
     """
     mask = (((1 << bits) - 1) << (f * bits)) * 0x10001                     # field f in both lanes
     lines = ["{", ".reg .b32 b01, b23, magic;", "mov.b32 magic, 0x64006400;",
              "prmt.b32 b01, $2, 0, 0x4140;", "prmt.b32 b23, $2, 0, 0x4342;"]
     for out, lanes in (("$0", "b01"), ("$1", "b23")):
+        if mode == FIELD_TINY:
+            lines.append(f"and.b32 {out}, {lanes}, {mask:#010x};")
+            continue
         lines.append(f"lop3.b32 {out}, {lanes}, {mask:#010x}, magic, 0xea;")
-        if not keep_offset:
-            lines.append(f"sub.f16x2 {out}, {out}, magic;")
+        lines.append(f"sub.f16x2 {out}, {out}, magic;")
     return "\n".join(lines + ["}"])
 
 
 @triton.jit
-def _field(packed, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, KEEP_OFFSET: tl.constexpr,
+def _field(packed, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, MODE: tl.constexpr,
            ASM: tl.constexpr):
-    """Field f of every packed byte as exact floats 2^(f*BITS) * code (+ 1024 with KEEP_OFFSET, fp16).
+    """Field f of every packed byte as exact floats 2^(f*BITS) * code (FIELD_EXACT), or times 2^-24
+    (FIELD_TINY: fp16 subnormals, no offset to remove; the caller scales the dot products back by TINY_SCALE).
 
-    The masked field is OR-ed into the mantissa of 1024.0 (fp16) or 2^23 (fp32): one AND/OR per value,
-    no shifts and no int->float conversions (those issue at 1/8 of the FP32 rate on Hopper). ptxas emits
-    the fp16 AND and OR as two LOP3s per pair of values; ASM (fp16 only) runs `_field_ptx` instead, one
-    single-output block per field (ptxas shares the byte-spreading PRMTs between the fields' blocks).
+    The masked field is itself the subnormal's mantissa, or is OR-ed into the mantissa of 1024.0 (fp16) or 2^23
+    (fp32) and the offset subtracted: no shifts and no int->float conversions (those issue at 1/8 of the FP32
+    rate on Hopper). ptxas emits the fp16 AND and OR as two LOP3s per pair of values; ASM (fp16 only)
+    runs `_field_ptx` instead, one single-output block per field (ptxas shares the byte-spreading PRMTs
+    between the fields' blocks).
     """
     MASK: tl.constexpr = ((1 << BITS) - 1) << (f * BITS)
     if FP16 and ASM:
-        vals = tl.inline_asm_elementwise(_field_ptx(BITS, f, KEEP_OFFSET), "=r,=r,r", [packed],
+        vals = tl.inline_asm_elementwise(_field_ptx(BITS, f, MODE), "=r,=r,r", [packed],
                                          dtype=tl.float16, is_pure=True, pack=4)
+    elif FP16 and MODE == FIELD_TINY:
+        vals = (packed & MASK).to(tl.int16).to(tl.float16, bitcast=True)
     elif FP16:
-        vals = (((packed & MASK).to(tl.int16) | 0x6400).to(tl.int16)).to(tl.float16, bitcast=True)
-        if not KEEP_OFFSET:
-            vals = vals - 1024.0
+        vals = (((packed & MASK).to(tl.int16) | 0x6400).to(tl.int16)).to(tl.float16, bitcast=True) - 1024.0
     else:
         vals = ((packed & MASK).to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+        if MODE == FIELD_TINY:
+            vals = vals * (1.0 / TINY_SCALE)
     return vals
 
 
@@ -150,33 +168,29 @@ def _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
 
 
 @triton.jit
-def _query_fields(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr,
-                  OFFSET: tl.constexpr):
+def _query_fields(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr):
     """q split like the packed keys: field f = q[:, f*NB:(f+1)*NB] * 2^(-f*BITS), [BLOCK_R, NB] each.
 
-    Field f of the codes is 2^(f*BITS) * code (+ OFFSET), so sum_f q_f @ field_f = q . codes + the
-    returned q_off = OFFSET * sum_f sum(q_f). Also returns sum(q) for the zero points.
+    Field f of the codes is 2^(f*BITS) * code (times 2^-24 as FIELD_TINY), so sum_f q_f @ field_f = q . codes
+    (times 2^-24). Also returns sum(q) for the zero points.
     """
     P: tl.constexpr = 8 // BITS
     NB: tl.constexpr = D // P
     nb = tl.arange(0, NB)
     fields = ()
     q_sum = tl.zeros(row_ok.shape, tl.float32)                                     # [BLOCK_R]
-    q_off = tl.zeros(row_ok.shape, tl.float32)
     for f in tl.static_range(P):
         x = tl.load(q_ptr + q_rows[:, None] + f * NB + nb[None, :], mask=row_ok[:, None], other=0.0)
         x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)   # [BLOCK_R, NB]
         q_sum += tl.sum(x.to(tl.float32), axis=1)
-        x = x * (1.0 / (1 << (f * BITS)))                                           # exact power of two
-        q_off += tl.sum(x.to(tl.float32), axis=1) * OFFSET
-        fields = fields + (x,)
-    return fields, q_sum, q_off
+        fields = fields + (x * (1.0 / (1 << (f * BITS))),)                          # exact power of two
+    return fields, q_sum
 
 
 @triton.jit
-def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
+def _scores(q_fields, q_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
             D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
-            FP16: tl.constexpr, OFFSET: tl.constexpr, ASM: tl.constexpr):
+            FP16: tl.constexpr, ASM: tl.constexpr):
     """Logits [BLOCK_R, BLOCK_N] of one packed K tile: sum_f q_f @ field_f^T in one fp32 accumulator."""
     P: tl.constexpr = 8 // BITS
     NB: tl.constexpr = D // P
@@ -184,7 +198,7 @@ def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_
     packed = tl.load(c_ptr + offs_n[:, None] * stride_cn + nb[None, :], mask=mask_n[:, None], other=0)
     packed = tl.trans(packed)                                                      # [NB, BLOCK_N]
     for f in tl.static_range(P - 1, -1, -1):
-        k = _field(packed, f, BITS, FP16, OFFSET != 0, ASM)
+        k = _field(packed, f, BITS, FP16, FIELD_TINY if LAYOUT == 0 else FIELD_EXACT, ASM)
         if LAYOUT != 0:
             k = _dequant_field(k, s_ptr, z_ptr, offs_n[None, :], f * NB + nb[:, None], mask_n[None, :],
                                stride_sn, f, BITS, GROUP, LAYOUT)
@@ -192,9 +206,9 @@ def _scores(q_fields, q_sum, q_off, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_
             qk = tl.dot(q_fields[f], k)
         else:
             qk = tl.dot(q_fields[f], k, qk)
-    if LAYOUT == 0:  # q.(c - z) * s; q_off removes the fields' 1024 offsets
+    if LAYOUT == 0:  # q.(c - z) * s
         s, z = _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_sn)
-        qk = (qk - q_off[:, None] - q_sum[:, None] * z[None, :]) * s[None, :]
+        qk = (qk * TINY_SCALE - q_sum[:, None] * z[None, :]) * s[None, :]
     return qk
 
 
@@ -205,8 +219,8 @@ def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_
     """acc_f = alpha * acc_f + p' @ field_f for every field of one packed V tile.
 
     Single-group token layout: p' = p * scale (per token) and the running pz_sum = sum p' * zero
-    lets the epilogue remove the zero points. The fields are exact codes here (no 1024 offset: the
-    output can be far smaller than the offset terms, whose cancellation would lose all its bits).
+    lets the epilogue remove the zero points; the fields are FIELD_TINY there (the epilogue scales by
+    TINY_SCALE). Other layouts dequantize exact fields.
     """
     P: tl.constexpr = 8 // BITS
     NB: tl.constexpr = D // P
@@ -221,7 +235,7 @@ def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_
         pv = p.to(dtype)
     new_acc = ()
     for f in tl.static_range(P):
-        v = _field(packed, f, BITS, FP16, False, ASM)                              # [BLOCK_N, NB]
+        v = _field(packed, f, BITS, FP16, FIELD_TINY if LAYOUT == 0 else FIELD_EXACT, ASM)  # [BLOCK_N, NB]
         if LAYOUT != 0:
             v = _dequant_field(v, s_ptr, z_ptr, offs_n[:, None], f * NB + nb[None, :], mask_n[:, None],
                                stride_sn, f, BITS, GROUP, LAYOUT)
@@ -260,10 +274,10 @@ def _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i):
 def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
                    start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                    D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_LAYOUT: tl.constexpr,
-                   V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, K_OFFSET: tl.constexpr,
+                   V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
                    BLOCK_N: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """Online softmax over packed history tokens [start, end) of one KV head; stores o and lse."""
-    q_fields, q_sum, q_off = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16, K_OFFSET)
+    q_fields, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     P: tl.constexpr = 8 // V_BITS
     NB: tl.constexpr = D // P
     m_i = tl.full(row_ok.shape, float("-inf"), tl.float32)                          # [BLOCK_R]
@@ -275,16 +289,89 @@ def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_p
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        qk = _scores(q_fields, q_sum, q_off, kc_ptr, ks_ptr, kz_ptr, offs_n, mask_n, stride_kcn, stride_ksn,
-                     D, K_BITS, K_LAYOUT, K_GROUP, FP16, K_OFFSET, ASM)              # [BLOCK_R, BLOCK_N]
+        qk = _scores(q_fields, q_sum, kc_ptr, ks_ptr, kz_ptr, offs_n, mask_n, stride_kcn, stride_ksn,
+                     D, K_BITS, K_LAYOUT, K_GROUP, FP16, ASM)                        # [BLOCK_R, BLOCK_N]
         p, alpha, m_i, l_i = _softmax_step(tl.where(mask_n[None, :], qk, float("-inf")), m_i, l_i)
         acc, pz_sum = _accumulate_values(acc, p, alpha, pz_sum, vc_ptr, vs_ptr, vz_ptr, offs_n, mask_n,
                                          stride_vcn, stride_vsn, D, V_BITS, V_LAYOUT, V_GROUP, FP16, ASM)
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
     nb = tl.arange(0, NB)
     for f in tl.static_range(P):
-        out = acc[f] * (1.0 / (1 << (f * V_BITS))) - pz_sum[:, None]
+        out = acc[f] * ((TINY_SCALE if V_LAYOUT == 0 else 1.0) / (1 << (f * V_BITS))) - pz_sum[:, None]
         tl.store(part_o_ptr + slot[:, None] * D + f * NB + nb[None, :], out / l_safe[:, None],
+                 mask=row_ok[:, None])
+
+
+@triton.jit
+def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                        start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                        D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
+                        WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """`_history_split` for the single-group token layout with each tile cut into WARPS token sub-tiles, one per
+    warp (the batch dim of 3-D dots), so that no value crosses warps inside the loop. Per sub-tile:
+        S^T = sum_f K_f [BLOCK_W, NB] @ q_f^T [NB, R]   (tokens are the MMA's M: no padded query rows)
+        O_f += P' [R, BLOCK_W] @ V_f [BLOCK_W, NB]       (P' = softmax weights x value scale, fp16)
+    with a [WARPS, R] running max / sum per sub-tile stream, merged across warps once after the loop. The fields
+    are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the key and value scales.
+    """
+    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    KP: tl.constexpr = 8 // K_BITS
+    VP: tl.constexpr = 8 // V_BITS
+    KB: tl.constexpr = D // KP
+    VB: tl.constexpr = D // VP
+    BLOCK_W: tl.constexpr = BLOCK_N // WARPS
+    R: tl.constexpr = row_ok.shape[0]
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    q_t = ()
+    for f in tl.static_range(KP):
+        q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
+    m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
+    l_i = tl.zeros((WARPS, R), tl.float32)
+    pz_sum = tl.zeros((WARPS, R), tl.float32)                                       # sum P' * zero
+    acc = ()
+    for f in tl.static_range(VP):
+        acc = acc + (tl.zeros((WARPS, R, VB), tl.float32),)                          # [WARPS, R, VB] per field
+    sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
+    kb = tl.arange(0, KB)
+    vb = tl.arange(0, VB)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + sub
+        mask_n = offs_n < end
+        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=mask_n[:, :, None],
+                         other=0)                                                   # [WARPS, BLOCK_W, KB]
+        for f in tl.static_range(KP - 1, -1, -1):
+            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            if f == KP - 1:
+                qk = tl.dot(k, q_t[f])
+            else:
+                qk = tl.dot(k, q_t[f], qk)                                          # [WARPS, BLOCK_W, R]
+        s, z = _token_meta(ks_ptr, kz_ptr, offs_n, mask_n, stride_ksn)              # [WARPS, BLOCK_W]
+        qk = (qk * TINY_SCALE - q_sum[None, None, :] * z[:, :, None]) * s[:, :, None]
+        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)                                               # [WARPS, R]
+        p = tl.exp2(qk - m_safe[:, None, :])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        packed = tl.load(vc_ptr + offs_n[:, :, None] * stride_vcn + vb[None, None, :], mask=mask_n[:, :, None],
+                         other=0)                                                   # [WARPS, BLOCK_W, VB]
+        s, z = _token_meta(vs_ptr, vz_ptr, offs_n, mask_n, stride_vsn)
+        pv = (p * s[:, :, None]).to(dtype)                                          # [WARPS, BLOCK_W, R]
+        pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
+        pv = tl.permute(pv, (0, 2, 1))                                              # [WARPS, R, BLOCK_W]
+        new_acc = ()
+        for f in tl.static_range(VP):
+            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)              # [WARPS, BLOCK_W, VB]
+            new_acc = new_acc + (tl.dot(pv, v, acc[f] * alpha[:, :, None]),)
+        acc = new_acc
+    m = tl.max(m_i, axis=0)                                                         # [R]
+    weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
+    pz = tl.sum(pz_sum * weight, axis=0)
+    for f in tl.static_range(VP):
+        out = tl.sum(acc[f] * weight[:, :, None], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[:, None]
+        tl.store(part_o_ptr + slot[:, None] * D + f * VB + vb[None, :], out / l_safe[:, None],
                  mask=row_ok[:, None])
 
 
@@ -324,7 +411,7 @@ def _decode_stage1_kernel(
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
-    K_OFFSET: tl.constexpr,
+    WARP_TILES: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr,
 ):
@@ -339,13 +426,18 @@ def _decode_stage1_kernel(
     if split < n_hist_splits:
         start, end = _split_bounds(tl.load(hist_start_ptr + b), tl.load(hist_len_ptr + b), split,
                                    n_hist_splits, BLOCK_N)
-        _history_split(q_ptr, q_rows, row_ok, qk_scale,
-                       kc_ptr + b * stride_kcb + h * stride_kch, ks_ptr + b * stride_ksb + h * stride_ksh,
-                       kz_ptr + b * stride_ksb + h * stride_ksh, vc_ptr + b * stride_vcb + h * stride_vch,
-                       vs_ptr + b * stride_vsb + h * stride_vsh, vz_ptr + b * stride_vsb + h * stride_vsh,
-                       start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
-                       D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, K_OFFSET, BLOCK_N, FP16,
-                       ASM_UNPACK)
+        kc, vc = kc_ptr + b * stride_kcb + h * stride_kch, vc_ptr + b * stride_vcb + h * stride_vch
+        k_meta, v_meta = b * stride_ksb + h * stride_ksh, b * stride_vsb + h * stride_vsh
+        if WARP_TILES:
+            _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
+                                vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
+                                stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
+                                BLOCK_N, WARPS, FP16, ASM_UNPACK)
+        else:
+            _history_split(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
+                           vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
+                           stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
+                           K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, BLOCK_N, FP16, ASM_UNPACK)
     else:
         fp_len = tl.load(fp_len_ptr + b)
         start, end = _split_bounds(tl.load(fp_start_ptr + b), fp_len, split - n_hist_splits, n_fp_splits,
@@ -414,10 +506,11 @@ def _layout(spec: QuantSpec, head_dim: int) -> int:
     return TOKEN if spec.group == head_dim else TOKEN_GROUPED
 
 
-def _key_offset(spec: QuantSpec, head_dim: int, on_gpu: bool) -> float:
-    """1024.0 when the fp16 key fields keep their magic offset (removed through q_off per row; the
-    logits stay O(1), so the cancellation costs ~10 of fp32's 24 bits). Single-group layout only."""
-    return 1024.0 if on_gpu and _layout(spec, head_dim) == TOKEN else 0.0
+def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """DecodeConfig.warp_tiles applies to single-group token layouts with >= 16 tokens per warp and tile (the
+    MMA's M for the scores, its K for the values); other launches take the row-major history loop."""
+    return (cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16
+            and _layout(k_spec, head_dim) == TOKEN == _layout(v_spec, head_dim))
 
 
 def _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero) -> None:
@@ -466,9 +559,11 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     out = q.new_empty(batch, q_heads, q_tokens, head_dim)
     if n_splits == 0 or out.numel() == 0:
         return out.zero_()
+    warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
+    row_block = WARP_TILE_ROWS if warp_tiles and n_rows <= WARP_TILE_ROWS else ROW_BLOCK
     part_o = q.new_empty(batch * kv_heads, n_splits, n_rows, head_dim, dtype=torch.float32)
     part_lse = q.new_empty(batch * kv_heads, n_splits, n_rows, dtype=torch.float32)
-    _decode_stage1_kernel[(n_splits, batch * kv_heads, triton.cdiv(n_rows, ROW_BLOCK))](
+    _decode_stage1_kernel[(n_splits, batch * kv_heads, triton.cdiv(n_rows, row_block))](
         q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
         hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
         sm_scale * LOG2E, kv_heads, q_tokens, n_rows, hist_splits, fp_splits,
@@ -477,8 +572,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
         K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
         K_GROUP=k_spec.group, V_GROUP=v_spec.group,
-        K_OFFSET=_key_offset(k_spec, head_dim, on_gpu),
-        BLOCK_R=ROW_BLOCK, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
+        WARP_TILES=warp_tiles, WARPS=cfg.num_warps, BLOCK_R=row_block, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
         FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
     )

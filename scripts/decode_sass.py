@@ -2,12 +2,14 @@
 
 No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
 
-    python scripts/decode_sass.py                # the bench's batch-8 shape: default tiles, with and without asm_unpack
+    python scripts/decode_sass.py                # the bench's batch-8 shape: both history loops, with and without asm_unpack
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
 loop is the loop whose body holds the HMMA instructions; its static instruction count is what one warp issues
-per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions, and the leading opcodes.
+per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (also per 128 tokens), and the
+leading opcodes, for the row-major loop (`_history_split`, 128-token tiles) and the warp tiles
+(`_history_warp_tiles`, the GPU default for this shape, 256-token tiles).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.decode import LOG2E, ROW_BLOCK, TOKEN, _decode_stage1_kernel, default_config  # noqa: E402
+from kernels.decode import (LOG2E, ROW_BLOCK, TOKEN, WARP_TILE_ROWS, DecodeConfig, _decode_stage1_kernel,  # noqa: E402
+                            default_config)
 
 BATCH, Q_HEADS, KV_HEADS, HEAD_DIM, HIST, FP_ROWS, BITS = 8, 32, 8, 128, 32448, 320, 2
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
@@ -52,11 +55,11 @@ def runtime_arguments() -> dict:
                 stride_fb=KV_HEADS * FP_ROWS * HEAD_DIM, stride_fh=FP_ROWS * HEAD_DIM, stride_fn=HEAD_DIM)
 
 
-def compile_stage1(asm_unpack: bool, maxnreg: int | None):
+def compile_stage1(cfg: DecodeConfig):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
-    cfg = replace(default_config(HEAD_DIM, on_gpu=True), asm_unpack=asm_unpack, maxnreg=maxnreg)
     constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
-                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, K_OFFSET=1024.0, BLOCK_R=ROW_BLOCK,
+                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, WARP_TILES=cfg.warp_tiles,
+                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if cfg.warp_tiles else ROW_BLOCK,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
     scalars = runtime_arguments()
     names = list(inspect.signature(_decode_stage1_kernel.fn).parameters)
@@ -74,7 +77,8 @@ def compile_stage1(asm_unpack: bool, maxnreg: int | None):
             signature[name] = "i32"
             if scalars[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                   **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     src = ASTSource(_decode_stage1_kernel, signature, constexprs=folded, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
@@ -110,19 +114,27 @@ def history_loop(lines: list[str]) -> list[str]:
     return best
 
 
+def variants() -> list[DecodeConfig]:
+    """Row-major loop (128-token tiles) and warp tiles (the default here), each without and with asm_unpack."""
+    default = default_config(HEAD_DIM, on_gpu=True)
+    row_major = replace(default, warp_tiles=False, block_n=128)
+    return [replace(cfg, asm_unpack=asm) for cfg in (row_major, default) for asm in (False, True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
     args = parser.parse_args()
-    print("| asm_unpack | maxnreg | registers | loop instructions / warp / tile | leading opcodes |")
-    print("|---|---|---|---|---|")
-    for asm_unpack, maxnreg in ((False, None), (True, None), (True, 128)):
-        kernel = compile_stage1(asm_unpack, maxnreg)
-        cubin = kernel.asm["cubin"]
+    print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
+          "| leading opcodes |")
+    print("|---|---|---|---|---|---|---|")
+    for cfg in variants():
+        cubin = compile_stage1(cfg).asm["cubin"]
         loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
         counts = collections.Counter(loop).most_common(args.top)
-        print(f"| {asm_unpack} | {maxnreg} | {registers(cubin)} | {len(loop)} | "
-              + ", ".join(f"{op} {n}" for op, n in counts) + " |", flush=True)
+        name = "warp tiles" if cfg.warp_tiles else "row-major"
+        print(f"| {name} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
+              f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + " |", flush=True)
 
 
 if __name__ == "__main__":

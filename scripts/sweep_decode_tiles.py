@@ -1,9 +1,8 @@
 """Time INT2 decode attention at the bench's large shapes for DecodeConfig variants of the GPU default.
 
 Run on the GPU box from the repo root. Each row changes a few fields of `default_config` (shown in the
-first column): pipelining depth and register cap (Nsight Compute: 156 registers and 72 KB of shared memory
-per block allow 3 blocks = 12 warps per SM), the inline-PTX field unpack, the split density
-(programs_per_sm) and the stage-2 merge width. The rel err column checks each variant against the
+first column): the history loop (row-major or warp tiles) and its tile, pipelining depth, the split
+density (programs_per_sm) and the inline-PTX field unpack. The rel err column checks each variant against the
 reference (a wrong unpack shows as a large error).
 
     python scripts/sweep_decode_tiles.py
@@ -24,8 +23,8 @@ from kernels.decode import DecodeConfig, decode_attention, default_config, is_sm
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [{}, {"asm_unpack": False}, {"merge_block": 16}, {"num_stages": 3, "maxnreg": None},
-        {"num_stages": 2, "maxnreg": 128}, {"programs_per_sm": 4}, {"programs_per_sm": 8}, {"programs_per_sm": 16}]
+GRID = [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": True, "block_n": 128}, {"warp_tiles": True, "block_n": 256},
+        {"num_stages": 4}, {"programs_per_sm": 4}, {"asm_unpack": False}]
 
 
 def check(cfg: DecodeConfig) -> float:

@@ -17,7 +17,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels.decode import DecodeConfig, _field_ptx, decode_attention, default_config  # noqa: E402
+from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
+                            default_config)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
 from oscar.quantize import QuantSpec  # noqa: E402
@@ -101,6 +102,18 @@ def test_asm_unpack_config_matches_reference():
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.parametrize("name", ["int2-g4-d128-n1000-splits3", "mixed-g1-d64-n1", "int4k-int2v-g4-d128-n300-tq16",
+                                  "int2-g4-d128-n127-symmetric"])
+def test_warp_tiles_match_reference(name):
+    """DecodeConfig.warp_tiles (one token sub-tile per warp, tokens as the MMA's M) on single-group token layouts,
+    mixed bit widths and multi-token chunks (GQA x T_q > 8 rows takes 16-row programs)."""
+    *shape, num_splits = CASES[name]
+    args, kw = make_inputs(*shape)
+    cfg = DecodeConfig(block_n=64, block_f=32, num_stages=1, warp_tiles=True)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 ASM_CASES = {f"asm-int{bits}-d{d}-n1001": (2, 8, 2, 1, d, 1001, 13, spec[d], spec[d], None)
              for bits, spec in ((2, INT2), (4, INT4)) for d in (64, 128, 256)}
 
@@ -117,9 +130,22 @@ def test_asm_unpack_matches_reference_on_gpu(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="fp16 dot operands and the kept value offset run compiled on a CUDA device only")
+@pytest.mark.parametrize("name", [*CASES, *ASM_CASES])
+@pytest.mark.parametrize("warp_tiles", [False, True])
+def test_gpu_tiles_match_reference(name, warp_tiles):
+    """The GPU default tiles with and without warp tiles (other layouts fall back to the row-major path)."""
+    *shape, num_splits = {**CASES, **ASM_CASES}[name]
+    args, kw = make_inputs(*shape)
+    cfg = replace(default_config(shape[4], on_gpu=True), warp_tiles=warp_tiles)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
     """Emulate `_field_ptx` on uint32 words ($2) -> [N, 4] fp16 ($0 low, $0 high, $1 low, $1 high), PTX ISA rules:
-    prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c; sub.f16x2 per lane."""
+    prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c; and; sub.f16x2 per lane."""
     regs = {"$2": word}
     for line in ptx.splitlines():
         op, *args = line.rstrip(";").replace(",", " ").split()
@@ -136,6 +162,8 @@ def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
             out = out.astype(np.uint32)
         elif op == "lop3.b32" and int(args[4], 0) == 0xEA:
             out = (a[0] & a[1]) | a[2]
+        elif op == "and.b32":
+            out = a[0] & a[1]
         elif op == "sub.f16x2":
             out = (a[0].view(np.float16) - a[1].view(np.float16)).view(np.uint32)
         else:
@@ -145,15 +173,16 @@ def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
-@pytest.mark.parametrize("keep_offset", [True, False])
-def test_field_ptx_matches_field(bits, keep_offset):
-    """Element k of each 4-byte block is byte k's field f as `_field` returns it: 1024 + 2^(f*bits) * code,
-    minus 1024 without the offset (every byte value at every position)."""
+@pytest.mark.parametrize("mode", [FIELD_EXACT, FIELD_TINY])
+def test_field_ptx_matches_field(bits, mode):
+    """Element k of each 4-byte block is byte k's field f as `_field` returns it: 2^(f*bits) * code, times 2^-24
+    with FIELD_TINY (an fp16 subnormal), for every byte value at every position."""
     codes = (np.arange(256)[:, None] + 67 * np.arange(4)[None, :]) % 256           # [256, 4] bytes of each word
     words = (codes << (8 * np.arange(4))).sum(axis=1).astype(np.uint32)
     for f in range(8 // bits):
-        want = 1024.0 * keep_offset + (codes & (((1 << bits) - 1) << (f * bits)))
-        assert np.array_equal(_run_ptx(_field_ptx(bits, f, keep_offset), words), want.astype(np.float16))
+        field = (codes & (((1 << bits) - 1) << (f * bits))).astype(np.float64)
+        want = field * 2.0 ** -24 if mode == FIELD_TINY else field
+        assert np.array_equal(_run_ptx(_field_ptx(bits, f, mode), words), want.astype(np.float16))
 
 
 def _replace(args, index, value):
