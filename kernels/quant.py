@@ -2,7 +2,8 @@
 
 `quantize_pack(x, spec, rotation)` returns the same (codes, scale, zero) as
 `kernels.reference.quantize_pack_reference` (i.e. `oscar.quantize.quantize(x @ R, spec)`), bit for
-bit: every division is IEEE (`div_rn`), FMA contraction is off, metadata is rounded to its storage
+bit: every division is IEEE (`div_rn`, or on the GPU a reciprocal and one exact Markstein correction), FMA
+contraction is off, metadata is rounded to its storage
 dtype before the codes are computed, and the clip threshold is the exact order statistic.
 Two caveats: the fused rotation is a tiled `tl.dot` (on the GPU with R's 16-bit dtype, or tf32 for
 an fp32 R), so `x @ R` itself may differ from torch's in the last bits; and the Lloyd-Max mean and
@@ -57,45 +58,68 @@ def _stored(x, SCALE_KIND: tl.constexpr):
 
 
 @triton.jit
-def _stored_scale(x, SCALE_KIND: tl.constexpr):
-    """Stored scale, raised to the storage dtype's smallest normal."""
+def _stored_scale(x, offset, SCALE_KIND: tl.constexpr):
+    """Stored scale, raised to |offset| / (dtype max / 2) (the zero point about offset / scale stays finite) and
+    to the storage dtype's smallest normal, as `oscar.quantize._stored_scale`."""
     if SCALE_KIND == 1:
+        x = tl.maximum(x, tl.math.div_rn(tl.abs(offset), _FP16_MAX / 2))
         return tl.maximum(_stored(x, SCALE_KIND), _FP16_TINY)
+    elif SCALE_KIND == 2:
+        x = tl.maximum(x, tl.math.div_rn(tl.abs(offset), _BF16_MAX / 2))
     else:
-        return tl.maximum(_stored(x, SCALE_KIND), _FP32_TINY)
+        x = tl.maximum(x, tl.math.div_rn(tl.abs(offset), _FP32_MAX / 2))
+    return tl.maximum(_stored(x, SCALE_KIND), _FP32_TINY)
 
 
 @triton.jit
-def _asymmetric(g, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.constexpr):
+def _divide(a, b, FAST: tl.constexpr):
+    """IEEE a / b (round to nearest) for a [.., G] tile and a per-group b [.., 1].
+
+    FAST (compiled GPU code): one correctly rounded reciprocal per group, then per element q = a * (1/b)
+    and one Markstein correction q + fma(-q, b, a) * (1/b), which is the correctly rounded quotient when
+    1/b is correctly rounded and q is within an ulp of a / b (the GPU tests compare every code with torch's
+    division). Three instructions where div_rn issues about ten; the interpreter has no true fma, so it keeps
+    div_rn.
+    """
+    if FAST:
+        inv = tl.math.div_rn(tl.full(b.shape, 1.0, tl.float32), b)
+        q = a * inv
+        return tl.fma(tl.fma(-q, b, a), inv, q)
+    return tl.math.div_rn(a, b)
+
+
+@triton.jit
+def _asymmetric(g, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.constexpr, FAST: tl.constexpr):
     """Min-max asymmetric grid with a fractional zero point (METHOD_OSCAR §6.1)."""
     low = tl.min(g, axis=AXIS, keep_dims=True)
     high = tl.max(g, axis=AXIS, keep_dims=True)
-    scale = _stored_scale(tl.math.div_rn(tl.maximum(high - low, _FLOOR), MAX_CODE * 1.0), SCALE_KIND)
+    scale = _stored_scale(tl.math.div_rn(tl.maximum(high - low, _FLOOR), MAX_CODE * 1.0), low, SCALE_KIND)
     zero = _stored(tl.math.div_rn(-low, scale), SCALE_KIND)
-    codes = tl.floor(tl.math.div_rn(g, scale) + zero + 0.5)
+    codes = tl.floor(_divide(g, scale, FAST) + zero + 0.5)
     return tl.clamp(codes, 0.0, MAX_CODE * 1.0), scale, zero
 
 
 @triton.jit
-def _symmetric(g, AXIS: tl.constexpr, BITS: tl.constexpr, SCALE_KIND: tl.constexpr):
+def _symmetric(g, AXIS: tl.constexpr, BITS: tl.constexpr, SCALE_KIND: tl.constexpr, FAST: tl.constexpr):
     """Signed grid stored as code = q + 2^(bits-1) with the constant zero 2^(bits-1)."""
     half: tl.constexpr = 2 ** (BITS - 1)
     peak = tl.maximum(tl.max(tl.abs(g), axis=AXIS, keep_dims=True), _FLOOR)
-    scale = _stored_scale(tl.math.div_rn(peak, (half - 1) * 1.0), SCALE_KIND)
-    signed = tl.clamp(tl.floor(tl.math.div_rn(g, scale) + 0.5), -half * 1.0, (half - 1) * 1.0)
+    scale = _stored_scale(tl.math.div_rn(peak, (half - 1) * 1.0), 0.0, SCALE_KIND)
+    signed = tl.clamp(tl.floor(_divide(g, scale, FAST) + 0.5), -half * 1.0, (half - 1) * 1.0)
     return signed + half, scale, tl.zeros_like(scale) + half
 
 
 @triton.jit
-def _lloyd_max(g, lm_factor, AXIS: tl.constexpr, GROUP: tl.constexpr, SCALE_KIND: tl.constexpr):
+def _lloyd_max(g, lm_factor, AXIS: tl.constexpr, GROUP: tl.constexpr, SCALE_KIND: tl.constexpr,
+               FAST: tl.constexpr):
     """Gaussian Lloyd-Max thresholds with a stretched uniform grid (METHOD_OSCAR §6.6)."""
     mean = tl.math.div_rn(tl.sum(g, axis=AXIS, keep_dims=True), GROUP * 1.0)
     diff = g - mean
     var = tl.math.div_rn(tl.sum(diff * diff, axis=AXIS, keep_dims=True), GROUP * 1.0) + _LM_VAR_FLOOR
     std = tl.math.sqrt_rn(var)
-    z = tl.math.div_rn(diff, std)
+    z = _divide(diff, std, FAST)
     codes = (z >= -_LM_THRESHOLD).to(tl.float32) + (z >= 0.0).to(tl.float32) + (z >= _LM_THRESHOLD).to(tl.float32)
-    scale = _stored_scale(lm_factor * std, SCALE_KIND)
+    scale = _stored_scale(lm_factor * std, mean, SCALE_KIND)
     zero = _stored(1.5 - tl.math.div_rn(mean, scale), SCALE_KIND)
     return codes, scale, zero
 
@@ -161,7 +185,7 @@ def _quantize_pack_kernel(
     D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
     ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
-    BLOCK_T: tl.constexpr,
+    BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_a = tl.program_id(1).to(tl.int64)
@@ -183,11 +207,11 @@ def _quantize_pack_kernel(
         g = tl.reshape(x, (BLOCK_T, D // GROUP, GROUP))                          # [BLOCK_T, NG, G]
         AXIS: tl.constexpr = 2
     if VARIANT == 2:  # LLOYD_MAX, SYMMETRIC, else ASYMMETRIC
-        codes, scale, zero = _lloyd_max(g, lm_factor, AXIS, GROUP, SCALE_KIND)
+        codes, scale, zero = _lloyd_max(g, lm_factor, AXIS, GROUP, SCALE_KIND, FAST_DIV)
     elif VARIANT == 1:
-        codes, scale, zero = _symmetric(g, AXIS, BITS, SCALE_KIND)
+        codes, scale, zero = _symmetric(g, AXIS, BITS, SCALE_KIND, FAST_DIV)
     else:
-        codes, scale, zero = _asymmetric(g, AXIS, MAX_CODE, SCALE_KIND)
+        codes, scale, zero = _asymmetric(g, AXIS, MAX_CODE, SCALE_KIND, FAST_DIV)
 
     packed = _pack(tl.reshape(codes, (BLOCK_T, D)), BLOCK_T, D, BITS)           # [BLOCK_T, NB]
     nb = tl.arange(0, D * BITS // 8)
@@ -296,7 +320,7 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
         D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
         CHANNEL=channel, VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None, CLIP_INDEX=clip_index,
         ROTATE=rotation is not None, ROT_FP32=interpret or rot.dtype == torch.float32, ROT_BLOCK=32,
-        SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t,
+        SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t, FAST_DIV=not interpret,
         num_warps=num_warps, enable_fp_fusion=False,
     )
     return codes, scale, zero

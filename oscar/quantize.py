@@ -195,8 +195,9 @@ def _grouped(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, int]:
 
 
 def _stored(values: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Round fp32 metadata to the storage dtype and return it as fp32."""
-    return values.to(spec.torch_scale_dtype).float()
+    """Round fp32 metadata to the storage dtype, saturating at its finite range, and return it as fp32."""
+    info = torch.finfo(spec.torch_scale_dtype)
+    return values.clamp(-info.max, info.max).to(spec.torch_scale_dtype).float()
 
 
 def _stored_scale(scale: torch.Tensor, offset: torch.Tensor, spec: QuantSpec) -> torch.Tensor:

@@ -11,6 +11,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+from kernels.dispatch import interpreter_forced  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from oscar.quantize import QuantSpec  # noqa: E402
@@ -128,3 +129,31 @@ def test_launch_tile_override_keeps_codes_bit_exact():
     for block_t, warps in ((32, 4), (64, 8)):
         got = quantize_pack(x.to(DEVICE), spec, block_t=block_t, num_warps=warps)
         assert all(torch.equal(a.cpu(), b) for a, b in zip(got, ref))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="the reciprocal + Markstein division runs compiled on a CUDA device only")
+@pytest.mark.parametrize("spec", [QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32),
+                                  QuantSpec(bits=2, group=64, symmetric=True, scale_dtype="bfloat16")], ids=str)
+def test_fast_division_keeps_every_code_on_gpu(spec):
+    """Millions of codes, with values spread over many binades and many landing near rounding boundaries
+    (small integer multiples of the scale): every code equals torch's (IEEE division) on the same GPU."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(16, 8, 1024, 128, generator=gen) * torch.exp(torch.randn(16, 8, 1024, 1, generator=gen))
+    x[..., ::3] = torch.round(x[..., ::3] * 4) / 4                     # exact quarters: boundary-heavy groups
+    x = x.to(DEVICE, torch.bfloat16)
+    got, ref = quantize_pack(x, spec), quantize_pack_reference(x, spec)
+    assert torch.equal(got[0], ref[0]), f"{(got[0] != ref[0]).sum().item()} of {got[0].numel()} code bytes differ"
+
+
+@pytest.mark.parametrize("spec", [QuantSpec(bits=2, group=128), QuantSpec(bits=2, group=64, symmetric=True),
+                                  QuantSpec(bits=4, group=32, scale_dtype="bfloat16")], ids=str)
+def test_metadata_edge_cases_match_reference(spec):
+    """Near-constant groups far from zero (the scale is raised so the zero point stays finite) and ranges beyond
+    fp16 (scale and zero saturate at the dtype's max instead of becoming inf): codes and metadata as torch's.
+    (Lloyd-Max is left out: its mean of a near-constant group depends on the summation order.)"""
+    gen = torch.Generator().manual_seed(11)
+    flat = 1000.0 + torch.randn(1, 2, 5, 128, generator=gen) * 1e-3
+    huge = torch.randn(1, 2, 5, 128, generator=gen) * 1e6
+    x = torch.cat([flat, huge], dim=2)
+    _assert_identical(quantize_pack(x.to(DEVICE), spec), quantize_pack_reference(x, spec))
