@@ -161,10 +161,24 @@ def _dequant_field(vals, s_ptr, z_ptr, tok, coord, ok, stride_n, f: tl.constexpr
 
 @triton.jit
 def _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
-    """Per-token (scale, zero) of the single-group token layout, [BLOCK_N] each."""
-    s = tl.load(s_ptr + offs_n * stride_n, mask=mask_n, other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + offs_n * stride_n, mask=mask_n, other=0.0).to(tl.float32)
-    return s, z
+    """Per-token (scale, zero) of the single-group token layout, offs_n's shape each (`_split_meta` of
+    `_load_token_meta`)."""
+    return _split_meta(_load_token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n))
+
+
+@triton.jit
+def _load_token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
+    """Per-token (scale, zero) as one [..., 2] tensor in their stored dtype, so that moving them into the MMA's
+    layout takes one shared-memory round trip and barrier, not two."""
+    which = tl.arange(0, 2)
+    ptrs = tl.where(which == 0, s_ptr, z_ptr) + tl.expand_dims(offs_n * stride_n, -1)
+    return tl.load(ptrs, mask=tl.expand_dims(mask_n, -1), other=0.0)
+
+
+@triton.jit
+def _split_meta(meta):
+    """[..., 2] stored (scale, zero) -> fp32 scale, zero."""
+    return tl.split(meta.to(tl.float32))
 
 
 @triton.jit
@@ -334,9 +348,14 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
     vb = tl.arange(0, VB)
+    k_meta = _load_token_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn)   # [WARPS, BLOCK_W, 2]
+    v_meta = _load_token_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + sub
         mask_n = offs_n < end
+        # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
+        k_next = _load_token_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn)
+        v_next = _load_token_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn)
         packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=mask_n[:, :, None],
                          other=0)                                                   # [WARPS, BLOCK_W, KB]
         for f in tl.static_range(KP - 1, -1, -1):
@@ -345,7 +364,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                 qk = tl.dot(k, q_t[f])
             else:
                 qk = tl.dot(k, q_t[f], qk)                                          # [WARPS, BLOCK_W, R]
-        s, z = _token_meta(ks_ptr, kz_ptr, offs_n, mask_n, stride_ksn)              # [WARPS, BLOCK_W]
+        s, z = _split_meta(k_meta)                                                  # [WARPS, BLOCK_W]
         qk = (qk * TINY_SCALE - q_sum[None, None, :] * z[:, :, None]) * s[:, :, None]
         qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
@@ -356,7 +375,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         m_i = m_new
         packed = tl.load(vc_ptr + offs_n[:, :, None] * stride_vcn + vb[None, None, :], mask=mask_n[:, :, None],
                          other=0)                                                   # [WARPS, BLOCK_W, VB]
-        s, z = _token_meta(vs_ptr, vz_ptr, offs_n, mask_n, stride_vsn)
+        s, z = _split_meta(v_meta)
         pv = (p * s[:, :, None]).to(dtype)                                          # [WARPS, BLOCK_W, R]
         pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
         pv = tl.permute(pv, (0, 2, 1))                                              # [WARPS, R, BLOCK_W]
@@ -365,6 +384,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
             v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)              # [WARPS, BLOCK_W, VB]
             new_acc = new_acc + (tl.dot(pv, v, acc[f] * alpha[:, :, None]),)
         acc = new_acc
+        k_meta, v_meta = k_next, v_next
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
