@@ -80,20 +80,20 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
-    history). asm_unpack was 3.6-9.3 % faster per shape in the three committed sweeps, merge_block=64 up to
-    10 % at batch 1 and neutral elsewhere. Larger grids take warp tiles of 256 tokens (64 per warp): 8-22 %
-    faster than the row-major loop at batch 8 / 32k and 32 / 100k, but 3-40 % slower at batch 1 / 128k
-    (sweep_decode_tiles.md); rescaling only when a running max grows was slower (it needs a block barrier).
+    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Larger grids take warp tiles of 256
+    tokens (64 per warp): 5 % faster than the row-major loop at batch 8 / 32k and 23 % at 32 / 100k, but 13-50 %
+    slower at batch 1 / 128k (sweep_decode_tiles.md); rescaling only when a running max grows was slower (it
+    needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
+    (ptxas emits one LOP3 per pair itself; within 1.5 % either way): off by default, kept for grouped layouts.
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
     if head_dim > 128:
-        return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, asm_unpack=True, merge_block=64)
+        return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
     if small_grid:
-        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, asm_unpack=True,
-                            merge_block=64, programs_per_sm=4)
-    return DecodeConfig(block_n=256, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64,
-                        warp_tiles=True)
+        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
+                            programs_per_sm=4)
+    return DecodeConfig(block_n=256, block_f=64, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
 
 
 @triton.constexpr_function
@@ -160,13 +160,6 @@ def _dequant_field(vals, s_ptr, z_ptr, tok, coord, ok, stride_n, f: tl.constexpr
 
 
 @triton.jit
-def _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
-    """Per-token (scale, zero) of the single-group token layout, offs_n's shape each (`_split_meta` of
-    `_load_token_meta`)."""
-    return _split_meta(_load_token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n))
-
-
-@triton.jit
 def _load_token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
     """Per-token (scale, zero) as one [..., 2] tensor in their stored dtype, so that moving them into the MMA's
     layout takes one shared-memory round trip and barrier, not two."""
@@ -176,9 +169,21 @@ def _load_token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n):
 
 
 @triton.jit
+def _prefetch_meta(s_ptr, z_ptr, offs_n, end, stride_n, LAYOUT: tl.constexpr):
+    """`_load_token_meta` of tokens offs_n < end for the single-group token layout; a placeholder otherwise
+    (grouped and channel layouts load their metadata per field)."""
+    if LAYOUT == 0:
+        return _load_token_meta(s_ptr, z_ptr, offs_n, offs_n < end, stride_n)
+    return tl.zeros((offs_n.shape[0], 2), s_ptr.dtype.element_ty)
+
+
+@triton.jit
 def _split_meta(meta):
-    """[..., 2] stored (scale, zero) -> fp32 scale, zero."""
-    return tl.split(meta.to(tl.float32))
+    """[..., 2] stored (scale, zero) -> fp32 scale, zero (as masked sums over the pair: unlike tl.split, they
+    stay in the layout the pair was moved to, with no second shared-memory round trip)."""
+    meta = meta.to(tl.float32)
+    first = tl.arange(0, 2) == 0
+    return tl.sum(tl.where(first, meta, 0.0), axis=-1), tl.sum(tl.where(first, 0.0, meta), axis=-1)
 
 
 @triton.jit
@@ -202,10 +207,11 @@ def _query_fields(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, BITS: tl.con
 
 
 @triton.jit
-def _scores(q_fields, q_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
+def _scores(q_fields, q_sum, c_ptr, s_ptr, z_ptr, meta, offs_n, mask_n, stride_cn, stride_sn,
             D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
             FP16: tl.constexpr, ASM: tl.constexpr):
-    """Logits [BLOCK_R, BLOCK_N] of one packed K tile: sum_f q_f @ field_f^T in one fp32 accumulator."""
+    """Logits [BLOCK_R, BLOCK_N] of one packed K tile: sum_f q_f @ field_f^T in one fp32 accumulator.
+    meta: the tile's `_load_token_meta` (single-group layout); other layouts load their metadata here."""
     P: tl.constexpr = 8 // BITS
     NB: tl.constexpr = D // P
     nb = tl.arange(0, NB)
@@ -221,18 +227,19 @@ def _scores(q_fields, q_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, str
         else:
             qk = tl.dot(q_fields[f], k, qk)
     if LAYOUT == 0:  # q.(c - z) * s
-        s, z = _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_sn)
+        s, z = _split_meta(meta)
         qk = (qk * TINY_SCALE - q_sum[:, None] * z[None, :]) * s[None, :]
     return qk
 
 
 @triton.jit
-def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_n, stride_cn, stride_sn,
+def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, meta, offs_n, mask_n, stride_cn, stride_sn,
                        D: tl.constexpr, BITS: tl.constexpr, LAYOUT: tl.constexpr, GROUP: tl.constexpr,
                        FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_f = alpha * acc_f + p' @ field_f for every field of one packed V tile.
 
-    Single-group token layout: p' = p * scale (per token) and the running pz_sum = sum p' * zero
+    Single-group token layout (meta: the tile's `_load_token_meta`): p' = p * scale (per token) and the
+    running pz_sum = sum p' * zero
     lets the epilogue remove the zero points; the fields are FIELD_TINY there (the epilogue scales by
     TINY_SCALE). Other layouts dequantize exact fields.
     """
@@ -242,7 +249,7 @@ def _accumulate_values(acc, p, alpha, pz_sum, c_ptr, s_ptr, z_ptr, offs_n, mask_
     packed = tl.load(c_ptr + offs_n[:, None] * stride_cn + nb[None, :], mask=mask_n[:, None], other=0)
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     if LAYOUT == 0:
-        s, z = _token_meta(s_ptr, z_ptr, offs_n, mask_n, stride_sn)
+        s, z = _split_meta(meta)
         pv = (p * s[None, :]).to(dtype)                                            # [BLOCK_R, BLOCK_N]
         pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[None, :], axis=1)
     else:
@@ -300,14 +307,19 @@ def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_p
     acc = ()
     for f in tl.static_range(P):
         acc = acc + (tl.zeros((row_ok.shape[0], NB), tl.float32),)                 # [BLOCK_R, NB] per field
+    k_meta = _prefetch_meta(ks_ptr, kz_ptr, start + tl.arange(0, BLOCK_N), end, stride_ksn, K_LAYOUT)
+    v_meta = _prefetch_meta(vs_ptr, vz_ptr, start + tl.arange(0, BLOCK_N), end, stride_vsn, V_LAYOUT)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        qk = _scores(q_fields, q_sum, kc_ptr, ks_ptr, kz_ptr, offs_n, mask_n, stride_kcn, stride_ksn,
+        k_next = _prefetch_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, end, stride_ksn, K_LAYOUT)  # a tile ahead
+        v_next = _prefetch_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, end, stride_vsn, V_LAYOUT)
+        qk = _scores(q_fields, q_sum, kc_ptr, ks_ptr, kz_ptr, k_meta, offs_n, mask_n, stride_kcn, stride_ksn,
                      D, K_BITS, K_LAYOUT, K_GROUP, FP16, ASM)                        # [BLOCK_R, BLOCK_N]
         p, alpha, m_i, l_i = _softmax_step(tl.where(mask_n[None, :], qk, float("-inf")), m_i, l_i)
-        acc, pz_sum = _accumulate_values(acc, p, alpha, pz_sum, vc_ptr, vs_ptr, vz_ptr, offs_n, mask_n,
+        acc, pz_sum = _accumulate_values(acc, p, alpha, pz_sum, vc_ptr, vs_ptr, vz_ptr, v_meta, offs_n, mask_n,
                                          stride_vcn, stride_vsn, D, V_BITS, V_LAYOUT, V_GROUP, FP16, ASM)
+        k_meta, v_meta = k_next, v_next
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
     nb = tl.arange(0, NB)
     for f in tl.static_range(P):
@@ -348,7 +360,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
     vb = tl.arange(0, VB)
-    k_meta = _load_token_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn)   # [WARPS, BLOCK_W, 2]
+    k_meta = _load_token_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn)  # [WARPS, BLOCK_W, 2]
     v_meta = _load_token_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + sub
