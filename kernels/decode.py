@@ -80,10 +80,10 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
-    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Larger grids take warp tiles of 256
-    tokens (64 per warp): 5 % faster than the row-major loop at batch 8 / 32k and 23 % at 32 / 100k, but 13-50 %
-    slower at batch 1 / 128k (sweep_decode_tiles.md); rescaling only when a running max grows was slower (it
-    needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
+    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Warp tiles beat the row-major loop
+    everywhere on single-group layouts once the values became the MMA's A operand: 9 % at batch 1 / 128k (128-token
+    tiles), 14 % at 8 / 32k and 33 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md). Rescaling only when a
+    running max grows was slower (it needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
     (ptxas emits one LOP3 per pair itself; within 1.5 % either way): off by default, kept for grouped layouts.
     """
     if not on_gpu:
@@ -92,7 +92,7 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
-                            programs_per_sm=4)
+                            programs_per_sm=4, warp_tiles=True)
     return DecodeConfig(block_n=256, block_f=64, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
 
 
@@ -335,10 +335,13 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                         WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """`_history_split` for the single-group token layout with each tile cut into WARPS token sub-tiles, one per
     warp (the batch dim of 3-D dots), so that no value crosses warps inside the loop. Per sub-tile:
-        S^T = sum_f K_f [BLOCK_W, NB] @ q_f^T [NB, R]   (tokens are the MMA's M: no padded query rows)
-        O_f += P' [R, BLOCK_W] @ V_f [BLOCK_W, NB]       (P' = softmax weights x value scale, fp16)
-    with a [WARPS, R] running max / sum per sub-tile stream, merged across warps once after the loop. The fields
-    are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the key and value scales.
+        S^T = sum_f K_f [BLOCK_W, KB] @ q_f^T [KB, R]     (tokens are the MMA's M: no padded query rows)
+        O_f^T += V_f^T [VB, BLOCK_W] @ P'^T [BLOCK_W, R]  (P' = softmax weights x value scale, fp16)
+    with a [WARPS, R] running max / sum per sub-tile stream, merged across warps once after the loop. Both
+    accumulators keep the query rows as the MMA's N, so the running max's rescale needs no data movement, and the
+    value codes are loaded transposed ([VB, BLOCK_W] pointers) so that they stay in the cp.async pipeline. The
+    fields are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the scales.
+    Each tile's per-token (scale, zero) pairs are loaded one tile ahead.
     """
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
@@ -356,7 +359,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     pz_sum = tl.zeros((WARPS, R), tl.float32)                                       # sum P' * zero
     acc = ()
     for f in tl.static_range(VP):
-        acc = acc + (tl.zeros((WARPS, R, VB), tl.float32),)                          # [WARPS, R, VB] per field
+        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)                          # [WARPS, VB, R] per field
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
     vb = tl.arange(0, VB)
@@ -385,16 +388,15 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         p = tl.exp2(qk - m_safe[:, None, :])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
-        packed = tl.load(vc_ptr + offs_n[:, :, None] * stride_vcn + vb[None, None, :], mask=mask_n[:, :, None],
-                         other=0)                                                   # [WARPS, BLOCK_W, VB]
+        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=mask_n[:, None, :],
+                         other=0)                                                   # [WARPS, VB, BLOCK_W]
         s, z = _split_meta(v_meta)
         pv = (p * s[:, :, None]).to(dtype)                                          # [WARPS, BLOCK_W, R]
         pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
-        pv = tl.permute(pv, (0, 2, 1))                                              # [WARPS, R, BLOCK_W]
         new_acc = ()
         for f in tl.static_range(VP):
-            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)              # [WARPS, BLOCK_W, VB]
-            new_acc = new_acc + (tl.dot(pv, v, acc[f] * alpha[:, :, None]),)
+            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                    # [WARPS, VB, BLOCK_W]
+            new_acc = new_acc + (tl.dot(v, pv, acc[f] * alpha[:, None, :]),)
         acc = new_acc
         k_meta, v_meta = k_next, v_next
     m = tl.max(m_i, axis=0)                                                         # [R]
@@ -402,9 +404,9 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
     pz = tl.sum(pz_sum * weight, axis=0)
     for f in tl.static_range(VP):
-        out = tl.sum(acc[f] * weight[:, :, None], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[:, None]
-        tl.store(part_o_ptr + slot[:, None] * D + f * VB + vb[None, :], out / l_safe[:, None],
-                 mask=row_ok[:, None])
+        out = tl.sum(acc[f] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
+        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
+                 mask=row_ok[None, :])
 
 
 @triton.jit
