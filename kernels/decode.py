@@ -82,8 +82,9 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
     history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Warp tiles beat the row-major loop
     everywhere on single-group layouts once the values became the MMA's A operand: 9 % at batch 1 / 128k (128-token
-    tiles), 14 % at 8 / 32k and 33 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md). Rescaling only when a
-    running max grows was slower (it needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
+    tiles), 14 % at 8 / 32k and 33 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md). There a 168-register cap
+    (3 blocks per SM instead of 2) gained a further 3-6 %, 32-token fp-segment tiles up to 2 %. Rescaling only
+    when a running max grows was slower (it needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
     (ptxas emits one LOP3 per pair itself; within 1.5 % either way): off by default, kept for grouped layouts.
     """
     if not on_gpu:
@@ -93,7 +94,8 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
                             programs_per_sm=4, warp_tiles=True)
-    return DecodeConfig(block_n=256, block_f=64, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
+    return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
+                        warp_tiles=True)
 
 
 @triton.constexpr_function

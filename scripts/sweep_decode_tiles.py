@@ -23,9 +23,9 @@ from kernels.decode import DecodeConfig, decode_attention, default_config, is_sm
 from kernels.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": True, "block_n": 128},
-        {"warp_tiles": True, "block_n": 128, "maxnreg": None}, {"warp_tiles": True, "block_n": 256},
-        {"num_stages": 2}, {"num_stages": 4}, {"programs_per_sm": 4}, {"asm_unpack": False}]
+GRID = [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": False, "block_n": 128, "maxnreg": None},
+        {"maxnreg": None}, {"block_n": 128}, {"num_stages": 2}, {"num_stages": 4}, {"programs_per_sm": 4},
+        {"block_f": 64}, {"asm_unpack": True}]
 
 
 def check(cfg: DecodeConfig) -> float:
