@@ -1,15 +1,17 @@
-"""The seam with the Triton kernels (interpreter on CPU) generates exactly what the reference path does."""
+"""The seam with the Triton kernels (interpreter on CPU, compiled on a GPU) generates exactly what the reference path does."""
 import pytest
 import torch
 
 from oscar.quantizer import build_quantizer
 from oscar.seam import install
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 1e-3 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU
 PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 3, "Here we go. There and back again."]
 
 
 def greedy(model, tok, quantizer, kernels, steps=12):
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
         cache = seam.new_cache()
         out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
@@ -28,6 +30,7 @@ def test_kernel_path_matches_reference_path(tiny, tmp_path, monkeypatch, name, o
     quantizer = build_quantizer(name, **overrides)
     quantizer.check(model.config)
     quantizer.prepare(model, tok)
+    model.to(DEVICE)
     ref, ref_cache = greedy(model, tok, quantizer, "reference")
     ker, ker_cache = greedy(model, tok, quantizer, "triton")
     layer = ker_cache.layers[0]
@@ -35,7 +38,7 @@ def test_kernel_path_matches_reference_path(tiny, tmp_path, monkeypatch, name, o
     assert torch.equal(ref.sequences, ker.sequences)
     assert torch.equal(ref_cache.layers[0].history_k.view("codes"), layer.history_k.view("codes"))
     for a, b in zip(ref.logits, ker.logits):
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(a, b, rtol=TOL, atol=TOL)
 
 
 def test_kernels_auto_means_reference_on_cpu(tiny):
