@@ -74,8 +74,13 @@ def is_small_grid(units: int, sms: int) -> bool:
     return units <= sms // 8
 
 
-def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> DecodeConfig:
+def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single_group: bool = True) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
+
+    single_group: both K and V are single-group token layouts (`single_group_layouts`), the ones warp tiles
+    serve. Other layouts (KIVI's per-channel keys, grouped INT4) take the row-major loop, whose large-grid tile
+    stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline buffers need
+    323 KB of shared memory at head_dim 128 (H100: 227 KB).
 
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
@@ -94,6 +99,8 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False) -> Dec
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
                             programs_per_sm=4, warp_tiles=True)
+    if not single_group:
+        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
     return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
                         warp_tiles=True)
 
@@ -542,11 +549,15 @@ def _layout(spec: QuantSpec, head_dim: int) -> int:
     return TOKEN if spec.group == head_dim else TOKEN_GROUPED
 
 
+def single_group_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """K and V both hold one (scale, zero) per token and head: the layouts warp tiles serve."""
+    return _layout(k_spec, head_dim) == TOKEN == _layout(v_spec, head_dim)
+
+
 def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """DecodeConfig.warp_tiles applies to single-group token layouts with >= 16 tokens per warp and tile (the
     MMA's M for the scores, its K for the values); other launches take the row-major history loop."""
-    return (cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16
-            and _layout(k_spec, head_dim) == TOKEN == _layout(v_spec, head_dim))
+    return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and single_group_layouts(k_spec, v_spec, head_dim)
 
 
 def _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero) -> None:
@@ -586,7 +597,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     n_rows = group * q_tokens
     cfg = config or default_config(head_dim, on_gpu,
-                                   small_grid=on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0)))
+                                   small_grid=on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0)),
+                                   single_group=single_group_layouts(k_spec, v_spec, head_dim))
     target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
         _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)

@@ -143,6 +143,29 @@ def test_gpu_tiles_match_reference(name, warp_tiles):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+QUANTIZER_LAYOUTS = {  # name: (k_spec, v_spec) as configs/quantizer/*.yaml store them at head_dim 128
+    "int2-token": (QuantSpec(bits=2, group=128, scale_dtype="float16"),) * 2,
+    "int4-token": (QuantSpec(bits=4, group=128, scale_dtype="float16"),) * 2,
+    "kivi2": (QuantSpec(bits=2, group=32, axis="channel", scale_dtype="float16"),
+              QuantSpec(bits=2, group=32, scale_dtype="float16")),
+    "kivi4": (QuantSpec(bits=4, group=32, axis="channel", scale_dtype="float16"),
+              QuantSpec(bits=4, group=32, scale_dtype="float16")),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
+@pytest.mark.parametrize("batch", [1, 5])  # 8 and 40 (sequence, KV head) units: small and large grid on an H100
+@pytest.mark.parametrize("layout", QUANTIZER_LAYOUTS)
+def test_gpu_default_launch_matches_reference(layout, batch):
+    """decode_attention with no config (the seam's call) for each quantizer's layout at Qwen3-8B head counts:
+    the large-grid tiles of one layout must not be launched for another (they ran out of shared memory)."""
+    k_spec, v_spec = QUANTIZER_LAYOUTS[layout]
+    args, kw = make_inputs(batch, 32, 8, 1, 128, 704, 30, k_spec, v_spec)  # KIVI keys: whole 32-token groups
+    out = decode_attention(*args, **kw)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
     """Emulate `_field_ptx` on uint32 words ($2) -> [N, 4] fp16 ($0 low, $0 high, $1 low, $1 high), PTX ISA rules:
     prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c; and; sub.f16x2 per lane."""
