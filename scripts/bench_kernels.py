@@ -146,7 +146,7 @@ def _decode_bytes(batch: int, ctx: int, bits: int) -> int:
     return batch * KV_HEADS * per_head + 2 * batch * Q_HEADS * HEAD_DIM * 2
 
 
-def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, 4),)) -> list[dict]:
+def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),)) -> list[dict]:
     """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation;
     each with every (block_t, num_warps) of `tiles` (None: the default tile)."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
@@ -246,7 +246,7 @@ def main() -> None:
     for batch, ctx in shapes:
         decode_rows.append(bench_decode_point(batch, ctx, copy_tbs))
         print(decode_rows[-1], flush=True)
-    tiles = ((None, 4), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
+    tiles = ((None, None), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
     write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs, tiles))
     table = markdown(device, copy_tbs, decode_rows, write_rows)
     if os.environ.get("OUT"):
