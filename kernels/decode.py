@@ -17,7 +17,7 @@ Two launches (flash-decoding):
   accumulator per field. For the single-group token layout the per-token (scale, zero) are folded around
   the dots instead of dequantizing elements (and 2^24 into the scales):
       q.k_n = s_n * (q.c_n - z_n * sum(q)),    sum_n p_n v_n = sum_n (p_n s_n) c_n - sum_n p_n s_n z_n.
-  With `DecodeConfig.warp_tiles` (the GPU default for larger grids) that layout runs `_history_warp_tiles`:
+  With `DecodeConfig.warp_tiles` (the GPU default at every grid size) that layout runs `_history_warp_tiles`:
   each warp owns a token sub-tile, the tokens are the score MMA's M (no padded query rows), and nothing
   crosses warps inside the loop.
   Grouped token layouts and the KIVI channel layout dequantize each field instead.
@@ -86,11 +86,12 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
     history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Warp tiles beat the row-major loop
-    everywhere on single-group layouts once the values became the MMA's A operand: 9 % at batch 1 / 128k (128-token
-    tiles), 14 % at 8 / 32k and 33 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md). There a 168-register cap
-    (3 blocks per SM instead of 2) gained a further 3-6 %, 32-token fp-segment tiles up to 2 %. Rescaling only
-    when a running max grows was slower (it needs a block barrier). asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY
-    (ptxas emits one LOP3 per pair itself; within 1.5 % either way): off by default, kept for grouped layouts.
+    everywhere on single-group layouts once the values became the MMA's A operand: 9 % less time at batch 1 /
+    128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
+    There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
+    1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier). asm_unpack (inline
+    PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair itself; 0-3 %
+    slower in the final sweep): off for those, kept in the large-grid row-major tile of the other layouts.
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
@@ -596,9 +597,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     kv_heads, n_hist, n_fp = fp_k.shape[1], k_codes.shape[2], fp_k.shape[2]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     n_rows = group * q_tokens
-    cfg = config or default_config(head_dim, on_gpu,
-                                   small_grid=on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0)),
-                                   single_group=single_group_layouts(k_spec, v_spec, head_dim))
+    small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
+    cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim))
     target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
         _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)

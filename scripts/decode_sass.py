@@ -2,14 +2,15 @@
 
 No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
 
-    python scripts/decode_sass.py                # the bench's batch-8 shape: both history loops, with and without asm_unpack
+    python scripts/decode_sass.py   # the bench's batch-8 shape: both history loops, with and without asm_unpack
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
 loop is the loop whose body holds the HMMA instructions; its static instruction count is what one warp issues
-per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (also per 128 tokens), and the
-leading opcodes, for the row-major loop (`_history_split`, 128-token tiles) and the warp tiles
-(`_history_warp_tiles`, the GPU default for this shape, 256-token tiles).
+per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (also per 128 tokens), the
+leading opcodes, and the shared-memory accesses and barriers by full opcode (LDS.U8: byte gathers), for the
+row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
+for this shape, 256-token tiles).
 """
 from __future__ import annotations
 
@@ -98,18 +99,28 @@ def registers(cubin: bytes) -> int:
 
 INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 BACK_BRANCH = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")
+SHARED = re.compile(r"\b((?:LDS|STS|LDSM|STSM|BAR)(?:\.[A-Z0-9_]+)*)\b")  # with modifiers: LDS.U8, BAR.SYNC...
+
+
+def opcodes(lines: list[str]) -> list[str]:
+    return [m.group(1) for m in map(INSTRUCTION.search, lines) if m]
+
+
+def shared_memory_ops(lines: list[str]) -> collections.Counter:
+    """Shared-memory accesses and block barriers of a loop, by full opcode (LDS.U8 is a byte gather)."""
+    return collections.Counter(m.group(1) for m in map(SHARED.search, lines) if m)
 
 
 def history_loop(lines: list[str]) -> list[str]:
-    """Opcodes of the loop (label .. backward branch) holding the most HMMA instructions."""
+    """SASS lines of the loop (label .. backward branch) holding the most HMMA instructions."""
     labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if line.strip().startswith(".L_x_")}
     best: list[str] = []
     for end, line in enumerate(lines):
         match = BACK_BRANCH.search(line)
         if not match or labels.get(match.group(1), end) >= end:
             continue
-        body = [m.group(1) for m in map(INSTRUCTION.search, lines[labels[match.group(1)]:end + 1]) if m]
-        if body.count("HMMA") > best.count("HMMA"):
+        body = lines[labels[match.group(1)]:end + 1]
+        if opcodes(body).count("HMMA") > opcodes(best).count("HMMA"):
             best = body
     return best
 
@@ -126,15 +137,18 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
     args = parser.parse_args()
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
-          "| leading opcodes |")
-    print("|---|---|---|---|---|---|---|")
+          "| leading opcodes | shared memory and barriers |")
+    print("|---|---|---|---|---|---|---|---|")
     for cfg in variants():
         cubin = compile_stage1(cfg).asm["cubin"]
-        loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+        lines = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+        loop = opcodes(lines)
         counts = collections.Counter(loop).most_common(args.top)
+        shared = ", ".join(f"{op} {n}" for op, n in shared_memory_ops(lines).most_common())
         name = "warp tiles" if cfg.warp_tiles else "row-major"
         print(f"| {name} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
-              f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + " |", flush=True)
+              f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + f" | {shared} |",
+              flush=True)
 
 
 if __name__ == "__main__":

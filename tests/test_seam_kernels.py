@@ -1,4 +1,4 @@
-"""The seam with the Triton kernels (interpreter on CPU, compiled on a GPU) generates exactly what the reference path does."""
+"""The seam with the Triton kernels (interpreter on CPU, compiled on a GPU) generates what the reference path does."""
 import pytest
 import torch
 
