@@ -318,9 +318,9 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
     if x3.shape[0] == 0 or tokens == 0:
         return codes, scale, zero
     channel = spec.axis == "channel"
-    tile_t, tile_warps = default_write_tile(head_dim, spec, rotation is not None)
-    block_t = tile_t if channel else block_t or tile_t
-    num_warps = num_warps or tile_warps
+    default_t, default_warps = default_write_tile(head_dim, spec, rotation is not None)
+    block_t = default_t if channel else block_t or default_t      # a channel-axis program is one token group
+    num_warps = num_warps or default_warps
     interpret = interpreter_forced() or not x.is_cuda
     rot = rotation.contiguous() if rotation is not None else x3
     clip_index = min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1) if spec.clip_ratio is not None else 0

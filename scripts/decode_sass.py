@@ -114,14 +114,14 @@ def shared_memory_ops(lines: list[str]) -> collections.Counter:
 def history_loop(lines: list[str]) -> list[str]:
     """SASS lines of the loop (label .. backward branch) holding the most HMMA instructions."""
     labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if line.strip().startswith(".L_x_")}
-    best: list[str] = []
+    best, best_mma = [], 0
     for end, line in enumerate(lines):
         match = BACK_BRANCH.search(line)
         if not match or labels.get(match.group(1), end) >= end:
             continue
         body = lines[labels[match.group(1)]:end + 1]
-        if opcodes(body).count("HMMA") > opcodes(best).count("HMMA"):
-            best = body
+        if (mma := opcodes(body).count("HMMA")) > best_mma:
+            best, best_mma = body, mma
     return best
 
 

@@ -22,6 +22,7 @@ from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, d
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
 from oscar.quantize import QuantSpec  # noqa: E402
+from oscar.quantizer import build_quantizer  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU
@@ -143,24 +144,15 @@ def test_gpu_tiles_match_reference(name, warp_tiles):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-QUANTIZER_LAYOUTS = {  # name: (k_spec, v_spec) as configs/quantizer/*.yaml store them at head_dim 128
-    "int2-token": (QuantSpec(bits=2, group=128, scale_dtype="float16"),) * 2,
-    "int4-token": (QuantSpec(bits=4, group=128, scale_dtype="float16"),) * 2,
-    "kivi2": (QuantSpec(bits=2, group=32, axis="channel", scale_dtype="float16"),
-              QuantSpec(bits=2, group=32, scale_dtype="float16")),
-    "kivi4": (QuantSpec(bits=4, group=32, axis="channel", scale_dtype="float16"),
-              QuantSpec(bits=4, group=32, scale_dtype="float16")),
-}
-
-
 @pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
                     reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
 @pytest.mark.parametrize("batch", [1, 5])  # 8 and 40 (sequence, KV head) units: small and large grid on an H100
-@pytest.mark.parametrize("layout", QUANTIZER_LAYOUTS)
-def test_gpu_default_launch_matches_reference(layout, batch):
-    """decode_attention with no config (the seam's call) for each quantizer's layout at Qwen3-8B head counts:
-    the large-grid tiles of one layout must not be launched for another (they ran out of shared memory)."""
-    k_spec, v_spec = QUANTIZER_LAYOUTS[layout]
+@pytest.mark.parametrize("name", ["naive_int2", "int4", "kivi2", "kivi4", "oscar"])
+def test_gpu_default_launch_matches_reference(name, batch):
+    """decode_attention with no config (the seam's call) for each code-storing quantizer's specs at Qwen3-8B head
+    counts: the large-grid tiles of one layout must not be launched for another (they ran out of shared memory)."""
+    quantizer = build_quantizer(name)
+    k_spec, v_spec = quantizer.key_spec, quantizer.value_spec
     args, kw = make_inputs(batch, 32, 8, 1, 128, 704, 30, k_spec, v_spec)  # KIVI keys: whole 32-token groups
     out = decode_attention(*args, **kw)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
