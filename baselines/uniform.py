@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from oscar.quantize import QuantSpec, bits_per_element as spec_bits
+from kernels.format import QuantSpec, bits_per_element as spec_bits
 from oscar.quantizer import KVQuantizer
 from oscar.rotation import block_hadamard, hadamard
 

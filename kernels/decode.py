@@ -40,7 +40,7 @@ import triton.language as tl
 
 from kernels.dispatch import interpreter_forced
 from kernels.reference import check_decode_inputs
-from oscar.quantize import QuantSpec
+from kernels.format import QuantSpec
 
 HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 128            # GROUP * T_q query rows per KV head

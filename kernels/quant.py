@@ -1,7 +1,7 @@
 """Triton write path: rotate, clip, quantize and pack KV rows in one launch.
 
 `quantize_pack(x, spec, rotation)` returns the same (codes, scale, zero) as
-`kernels.reference.quantize_pack_reference` (i.e. `oscar.quantize.quantize(x @ R, spec)`), bit for
+`kernels.reference.quantize_pack_reference` (i.e. `kernels.format.quantize(x @ R, spec)`), bit for
 bit: every division is IEEE (`div_rn`, or on the GPU a reciprocal and one exact Markstein correction), FMA
 contraction is off, metadata is rounded to its storage
 dtype before the codes are computed, and the clip threshold is the exact order statistic.
@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from kernels.dispatch import interpreter_forced
-from oscar.quantize import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
+from kernels.format import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
                             RANGE_FLOOR, QuantSpec)
 
 HEAD_DIMS = (64, 128, 256)
@@ -60,7 +60,7 @@ def _stored(x, SCALE_KIND: tl.constexpr):
 @triton.jit
 def _stored_scale(x, offset, SCALE_KIND: tl.constexpr):
     """Stored scale, raised to |offset| / (dtype max / 2) (the zero point about offset / scale stays finite) and
-    to the storage dtype's smallest normal, as `oscar.quantize._stored_scale`."""
+    to the storage dtype's smallest normal, as `kernels.format._stored_scale`."""
     if SCALE_KIND == 1:
         x = tl.maximum(x, tl.math.div_rn(tl.abs(offset), _FP16_MAX / 2))
         return tl.maximum(_stored(x, SCALE_KIND), _FP16_TINY)

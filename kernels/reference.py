@@ -1,14 +1,14 @@
 """Pure-PyTorch oracles for the Triton kernels, with the kernels' signatures (fp32 math).
 
-The write path wraps `oscar.quantize` (the single definition of the stored format); the read path
-dequantizes the history with `oscar.quantize.dequantize` and runs masked softmax attention over
+The write path wraps `kernels.format` (the single definition of the stored format); the read path
+dequantizes the history with `kernels.format.dequantize` and runs masked softmax attention over
 [history | full-precision segment]. `check_decode_inputs` is shared with `kernels.decode`.
 """
 from __future__ import annotations
 
 import torch
 
-from oscar.quantize import QuantizedTensor, QuantSpec, dequantize, quantize
+from kernels.format import QuantizedTensor, QuantSpec, dequantize, quantize
 
 
 def quantize_pack_reference(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None):

@@ -88,7 +88,7 @@ class PackedHistory:
         """[B, H_kv, N, D] reconstruction (the mirror, or decoded from the packed bytes on the kernel path)."""
         if self._mirror is not None:
             return self._mirror
-        from oscar.quantize import QuantizedTensor
+        from kernels.format import QuantizedTensor
         qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
         return self.quantizer.dequantize(qt).to(self.dtype)
 

@@ -34,7 +34,7 @@ class KVQuantizer:
     """Identity-by-default base class; subclasses override what they change."""
 
     name = "base"
-    key_spec: Any = None            # oscar.quantize.QuantSpec | None (None = keep full precision)
+    key_spec: Any = None            # kernels.format.QuantSpec | None (None = keep full precision)
     value_spec: Any = None
     sink_tokens: int | None = None  # None = unbounded: every token stays full precision (identity)
     recent_tokens: int = 0
@@ -75,11 +75,11 @@ class KVQuantizer:
         return self.key_spec is not None or self.value_spec is not None
 
     def quantize(self, x: torch.Tensor, spec):
-        from oscar.quantize import quantize
+        from kernels.format import quantize
         return quantize(x, spec)
 
     def dequantize(self, qt) -> torch.Tensor:
-        from oscar.quantize import dequantize
+        from kernels.format import dequantize
         return dequantize(qt)
 
     def bits_per_element(self, ctx: int) -> float:

@@ -4,7 +4,7 @@ Run on the GPU box from the repo root (needs only torch, triton, kernels/ and os
 
     python scripts/bench_kernels.py            # full table: Qwen3-8B shapes, batch 1/8/32, ctx 8k/32k/128k
     python scripts/bench_kernels.py --quick    # tiny smoke run
-    python scripts/sweep_decode_tiles.py       # decode tile / split variants: a script of its own
+    python scripts/dev/sweep_decode_tiles.py       # decode tile / split variants: a script of its own
 
 Decode shapes: 32 query heads, 8 KV heads, head_dim 128, one query token, a BF16 segment of
 64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero, one group per
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
-from oscar.quantize import QuantSpec  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 SINK, RECENT = 64, 256

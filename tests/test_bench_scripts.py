@@ -57,7 +57,7 @@ def test_bench_throughput_profile_mode_reports_the_split(tmp_path):
 
 def test_count_step_ops_runs_and_model_dtype_rotations_drop_the_casts():
     env = dict(os.environ, TRITON_INTERPRET="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "scripts/count_step_ops.py", "--layers", "2", "--ctx", "640",
+    proc = subprocess.run([sys.executable, "scripts/dev/count_step_ops.py", "--layers", "2", "--ctx", "640",
                            "--quantizers", "bf16,oscar,oscar:model"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -68,7 +68,7 @@ def test_count_step_ops_runs_and_model_dtype_rotations_drop_the_casts():
 
 
 def test_time_prefill_runs_on_the_offline_gemma_and_both_paths_agree():
-    proc = subprocess.run([sys.executable, "scripts/time_prefill.py", "--ctx", "1100", "--repeats", "1"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "scripts/dev/time_prefill.py", "--ctx", "1100", "--repeats", "1"], cwd=ROOT,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = [line for line in proc.stdout.splitlines() if line.startswith("| gemma3_270m")]
@@ -78,8 +78,8 @@ def test_time_prefill_runs_on_the_offline_gemma_and_both_paths_agree():
 
 
 def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instructions():
-    """scripts/decode_sass.py compiles stage 1 for sm_90a offline (Triton's ptxas/nvdisasm): no GPU needed."""
-    proc = subprocess.run([sys.executable, "scripts/decode_sass.py"], cwd=ROOT, capture_output=True, text=True,
+    """scripts/dev/decode_sass.py compiles stage 1 for sm_90a offline (Triton's ptxas/nvdisasm): no GPU needed."""
+    proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {(row[0].strip(), row[1].strip()): row for row in

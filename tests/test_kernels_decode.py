@@ -21,7 +21,7 @@ from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, d
                             default_config)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
-from oscar.quantize import QuantSpec  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
 from oscar.quantizer import build_quantizer  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from kernels.dispatch import interpreter_forced  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
-from oscar.quantize import QuantSpec  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

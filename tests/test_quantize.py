@@ -1,9 +1,9 @@
-"""Tests for oscar.quantize: packing layout, codes against a float64 NumPy oracle, error bounds, BPE."""
+"""Tests for kernels.format: packing layout, codes against a float64 NumPy oracle, error bounds, BPE."""
 import numpy as np
 import pytest
 import torch
 
-from oscar.quantize import (QuantSpec, bits_per_element, clip_rows, dequantize, pack_codes, quantize,
+from kernels.format import (QuantSpec, bits_per_element, clip_rows, dequantize, pack_codes, quantize,
                             unpack_codes)
 
 NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32}

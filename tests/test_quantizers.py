@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from oscar.covariance import query_second_moment
-from oscar.quantize import QuantSpec, dequantize, quantize
+from kernels.format import QuantSpec, dequantize, quantize
 from oscar.quantizer import build_quantizer, known_quantizers
 from oscar.rotation import compose_rotation, eigen_basis, hadamard
 from oscar.seam import install

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from oscar.quantize import QuantSpec, dequantize, quantize
+from kernels.format import QuantSpec, dequantize, quantize
 from oscar.rotation import (COMPOSE_MODES, bit_reversal, bit_reversal_permutation, block_hadamard,
                             compose_rotation, eigen_basis, hadamard, load_rotations, save_rotations)
 

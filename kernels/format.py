@@ -4,7 +4,7 @@ This module is the single definition of the stored format: the Triton kernels in
 reproduce its codes, scales and zeros bit-exactly, and the fake-quant path calls it directly. It
 imports only torch, math and dataclasses so the GPU box and the kernels can import it cheaply.
 
-    from oscar.quantize import QuantSpec, quantize, dequantize
+    from kernels.format import QuantSpec, quantize, dequantize
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     qt = quantize(k_rot, spec)          # k_rot: [B, H_kv, T, D]
     k_hat = dequantize(qt)              # float32, same shape

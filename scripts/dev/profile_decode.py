@@ -3,7 +3,7 @@
 Run on the GPU box from the repo root, e.g. INT2 at batch 8 / 32k:
 
     ncu --kernel-name regex:_decode_stage1 --launch-skip 2 --launch-count 1 --set full \
-        python scripts/profile_decode.py --batch 8 --ctx 32768 --bits 2
+        python scripts/dev/profile_decode.py --batch 8 --ctx 32768 --bits 2
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import HEAD_DIM, decode_inputs  # noqa: E402
 from kernels.decode import decode_attention  # noqa: E402

@@ -1,7 +1,7 @@
 """How much of each layer's key energy is a per-channel offset, and what centring does to INT2 keys.
 
-    python scripts/key_offset_stats.py quantizer=oscar           # Gemma 3 270M, OSCAR basis, held-out essays
-    python scripts/key_offset_stats.py model=smollm2_135m quantizer=naive_int2
+    python scripts/dev/key_offset_stats.py quantizer=oscar           # Gemma 3 270M, OSCAR basis, held-out essays
+    python scripts/dev/key_offset_stats.py model=smollm2_135m quantizer=naive_int2
 
 Keys are captured post-RoPE on the held-out essays (as task=fidelity does) and taken into the
 quantizer's key basis. Per quantized layer it prints the fraction of key energy in
@@ -18,7 +18,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from eval.fidelity import quantize_dequantize  # noqa: E402
 from oscar.calibrate import calibration_text, capture_activations  # noqa: E402

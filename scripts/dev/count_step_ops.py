@@ -5,8 +5,8 @@ op the seam adds per layer costs launch time. This counts, on CPU, the ops that 
 (views, allocations and no-op casts excluded; each Triton call counted as its launches) for one decode
 step of a small Qwen3 config with the cache filled like scripts/bench_throughput.py fills it:
 
-    TRITON_INTERPRET=1 python scripts/count_step_ops.py                      # bf16 model, 4 layers
-    TRITON_INTERPRET=1 python scripts/count_step_ops.py --quantizers bf16,oscar,oscar:model
+    TRITON_INTERPRET=1 python scripts/dev/count_step_ops.py                      # bf16 model, 4 layers
+    TRITON_INTERPRET=1 python scripts/dev/count_step_ops.py --quantizers bf16,oscar,oscar:model
 
 `name:model` sets rotation_dtype=model for that quantizer. Prints a Markdown table.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_throughput as bench  # noqa: E402
 import kernels.decode  # noqa: E402

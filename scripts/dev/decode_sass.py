@@ -2,7 +2,7 @@
 
 No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
 
-    python scripts/decode_sass.py   # the bench's batch-8 shape: both history loops, with and without asm_unpack
+    python scripts/dev/decode_sass.py   # the bench's batch-8 shape: both history loops, with and without asm_unpack
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -31,7 +31,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.decode import (LOG2E, ROW_BLOCK, TOKEN, WARP_TILE_ROWS, DecodeConfig, _decode_stage1_kernel,  # noqa: E402
                             default_config)

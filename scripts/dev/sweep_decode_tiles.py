@@ -5,7 +5,7 @@ first column): the history loop (row-major or warp tiles) and its tile, pipelini
 density (programs_per_sm) and the inline-PTX field unpack. The rel err column checks each variant against the
 reference (a wrong unpack shows as a large error).
 
-    python scripts/sweep_decode_tiles.py
+    python scripts/dev/sweep_decode_tiles.py
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import HEAD_DIM, KV_HEADS, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
