@@ -6,21 +6,31 @@
     python run.py debug=tiny                        # 2-layer random model, a handful of examples
 """
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from oscar.logger import log_cell
-from oscar.pipeline import CellError, run_cell
-from oscar.report import print_summary
+from harness.pipeline import CellError, run_cell
+from report.store import ResultsStore
+from report.summary import print_summary
+from report.wandb_logger import log_cell
+
+REPO_ROOT = Path(__file__).resolve().parent
+
+
+def results_store(results_dir: str) -> ResultsStore:
+    """The store at `results_dir`; a relative path is taken from the repository root."""
+    path = Path(results_dir)
+    return ResultsStore(path if path.is_absolute() else REPO_ROOT / path)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        rows = run_cell(cfg)
+        rows = run_cell(cfg, results_store(cfg.results_dir))
     except CellError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from oscar.quantizer import KVQuantizer
+from harness.quantizer import KVQuantizer
 
 BACKEND_PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
 

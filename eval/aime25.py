@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from eval.base import Example
+from harness.task import Example, GenerationTask
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 THINK_END = "</think>"
@@ -119,3 +119,9 @@ def aggregate(records) -> dict[str, float]:
     if thinking:
         metrics["aime25_unfinished_thinking"] = 100.0 * sum(THINK_END not in r.output for r in thinking) / len(thinking)
     return metrics
+
+
+class Aime25(GenerationTask):
+    """AIME 2025, pass@1: configs/task/aime25.yaml's `_target_`."""
+
+    build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from oscar.calibrate import calibration_text, capture_activations
+from harness.capture import calibration_text, capture_activations
+from harness.task import Task
 
 METRICS = ("k_mse", "v_mse", "logit_mse", "attn_kl", "attn_output_rel_err")
 
@@ -81,8 +82,8 @@ def _as_captured(cap):
 
 
 @torch.inference_mode()
-def run(loaded, seam, task_cfg, ctx: int, seed: int):
-    """Entry point used by eval/runner.py; returns (metrics, per-layer records)."""
+def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
+    """The Fidelity task's evaluation; returns (metrics, per-layer records)."""
     text = calibration_text(task_cfg.get("source", "essays"), task_cfg.get("path"), split="heldout")
     captured = capture_activations(loaded.model, loaded.tokenizer, text, int(task_cfg.get("tokens", 4096)),
                                    int(task_cfg.get("seq_len", 1024)))
@@ -98,3 +99,10 @@ def run(loaded, seam, task_cfg, ctx: int, seed: int):
     for m in METRICS:
         metrics[m] = sum(r[m] for r in records) / max(len(records), 1)
     return metrics, records
+
+
+class Fidelity(Task):
+    """Per-layer K/V and attention error: configs/task/fidelity.yaml's `_target_`."""
+
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+        return evaluate(loaded, seam, self.cfg, ctx, seed)

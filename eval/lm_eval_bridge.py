@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.task import Task
+
 SHIPPED_TASKS = Path(__file__).parent / "lm_eval_tasks"
 
 
@@ -93,11 +95,18 @@ def run_lm_eval(model, tokenizer, new_cache, tasks: list[str], include_path: str
     return flatten_results(output["results"])
 
 
-def run(loaded, seam, task_cfg, ctx: int, seed: int):
-    """Runner entry (eval/runner.py): task config fields `tasks`, `include_path` (default: the shipped
+def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
+    """The LmEval task's evaluation: task config fields `tasks`, `include_path` (default: the shipped
     eval/lm_eval_tasks), `limit`, `batch_size`. Returns (metrics, no per-example records)."""
     metrics = run_lm_eval(loaded.model, loaded.tokenizer, seam.new_cache, list(task_cfg.tasks),
                           include_path=str(task_cfg.get("include_path") or SHIPPED_TASKS),
                           limit=task_cfg.get("limit"), batch_size=int(task_cfg.get("batch_size", 1)), max_length=ctx,
                           seed=seed)
     return metrics, []
+
+
+class LmEval(Task):
+    """Any lm-evaluation-harness task: configs/task/lm_eval.yaml's `_target_`."""
+
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+        return evaluate(loaded, seam, self.cfg, ctx, seed)

@@ -23,7 +23,7 @@ import string
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from eval.base import Example
+from harness.task import Example, GenerationTask
 
 _MULTI_DOC = ("Answer the question based on the given passages. Only give me the answer and do not output any "
               "other words.\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the "
@@ -232,3 +232,9 @@ def aggregate(records) -> dict[str, float]:
         metrics["longbench_bucket_mean"] = _mean(_mean(metrics[f"{d}/{b}"] for b in by_bucket[d]) for d in by_dataset)
         metrics["longbench_sample_mean"] = 100.0 * _mean(r.score for r in records)
     return metrics
+
+
+class LongBench(GenerationTask):
+    """LongBench / LongBench-E QA subsets: configs/task/longbench.yaml's `_target_`."""
+
+    build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)

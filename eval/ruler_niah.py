@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from eval import ruler_data
-from eval.base import Example
+from harness.task import Example, GenerationTask
 
 TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
             "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
@@ -251,3 +251,9 @@ def aggregate(records) -> dict[str, float]:
     if metrics:
         metrics["ruler_niah"] = sum(metrics.values()) / len(metrics)
     return metrics
+
+
+class RulerNiah(GenerationTask):
+    """RULER needle-in-a-haystack: configs/task/ruler_niah.yaml's `_target_`."""
+
+    build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)

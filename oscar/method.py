@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from baselines.uniform import UniformKVQuantizer
+from harness.uniform import UniformKVQuantizer
 from oscar.covariance import query_second_moment, value_target_softmax, value_target_surrogate
 from oscar.rotation import (compose_rotation, eigen_basis, load_key_means, load_rotations, save_key_means,
                             save_rotations)
@@ -80,7 +80,7 @@ class OSCAR(UniformKVQuantizer):
 
     # ---------------------------------------------------------------- calibration
     def _calibrated_dir(self, model, tokenizer) -> Path:
-        from oscar.models import cache_root
+        from harness.models import cache_root
         folder = cache_root() / "rotations" / self.artifact_key(model)
         if not all((folder / name).exists() for name in self._artifact_files()):
             self.calibrate(model, tokenizer, folder)
@@ -100,7 +100,7 @@ class OSCAR(UniformKVQuantizer):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def calibrate(self, model, tokenizer, folder: Path) -> None:
-        from oscar.calibrate import calibration_text, capture_activations
+        from harness.capture import calibration_text, capture_activations
         cal = self.calibration
         text = calibration_text(cal.get("source", "essays"), cal.get("path"), dataset=cal.get("dataset"))
         captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),

@@ -1,4 +1,4 @@
-"""Rotation construction for OSCAR and the Hadamard baselines, plus RotationZoo file IO.
+"""OSCAR rotation construction (eigenbasis, bit-reversal permutation, U*H*P_br) and RotationZoo file IO.
 
 Row-vector convention throughout: a rotation R [D, D] acts as `x -> x @ R` on the last dim
 (METHOD_OSCAR §0, §4). The default OSCAR rotation is `R = U @ H @ P_br`:
@@ -13,48 +13,20 @@ missing, malformed or hold a non-orthogonal matrix.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
+
+from harness.hadamard import hadamard, log2_exact
 
 COMPOSE_MODES = ("r_h_pbr", "u", "h", "u_h", "none")
 FORMAT_VERSION = 1
 ORTHOGONALITY_TOLERANCE = 1e-3
 
 
-def _log2_exact(d: int, what: str) -> int:
-    if not isinstance(d, int) or d < 1 or d & (d - 1):
-        raise ValueError(f"{what} must be a power of two, got {d}.")
-    return d.bit_length() - 1
-
-
-def _popcount_parity(values: torch.Tensor, n_bits: int) -> torch.Tensor:
-    parity = torch.zeros_like(values)
-    for bit in range(n_bits):
-        parity ^= (values >> bit) & 1
-    return parity
-
-
-def hadamard(d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Normalised Sylvester Hadamard [d, d]: H[i, j] = (-1)^popcount(i & j) / sqrt(d); H = H^T = H^-1."""
-    n_bits = _log2_exact(d, "Hadamard size")
-    index = torch.arange(d)
-    parity = _popcount_parity(index[:, None] & index[None, :], n_bits)  # [d, d]
-    return ((1 - 2 * parity).to(dtype)) / math.sqrt(d)
-
-
-def block_hadamard(d: int, block: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Block-diagonal [d, d] with d / block copies of hadamard(block) (SAW-INT4, OSCAR-fork QuaRot)."""
-    _log2_exact(block, "Hadamard block size")
-    if d < 1 or d % block != 0:
-        raise ValueError(f"Hadamard block size {block} does not divide dimension {d}.")
-    return torch.kron(torch.eye(d // block, dtype=dtype), hadamard(block, dtype))
-
-
 def bit_reversal(d: int) -> torch.Tensor:
     """LongTensor br with br[i] = i with its log2(d) bits reversed (d=128: 0, 64, 32, 96, ...)."""
-    n_bits = _log2_exact(d, "bit-reversal size")
+    n_bits = log2_exact(d, "bit-reversal size")
     index = torch.arange(d)
     reversed_index = torch.zeros_like(index)
     for bit in range(n_bits):

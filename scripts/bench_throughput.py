@@ -28,11 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oscar.cache import ThreeRegionLayer  # noqa: E402
-from oscar.step_profile import profile_rows  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
-from oscar.seam import install  # noqa: E402
-from oscar.static_cache import DecodeStep, freeze  # noqa: E402
+from harness.cache import ThreeRegionLayer  # noqa: E402
+from harness.step_profile import profile_rows  # noqa: E402
+from harness.quantizer import build_quantizer  # noqa: E402
+from harness.seam import install  # noqa: E402
+from harness.static_cache import DecodeStep, freeze  # noqa: E402
 
 CONFIGS = {  # the public Qwen3 configs (no weights needed)
     "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
@@ -118,7 +118,7 @@ def eager_step(model, cache, batch: int, device):
 
 
 def static_step(model, cache, batch: int, steps: int, device, graph: bool):
-    """make_step() for a frozen cache (oscar.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`."""
+    """make_step() for a frozen cache (harness.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`."""
     state = freeze(cache, steps + 2 + STATIC_SLACK)
     decoder = DecodeStep(model, cache, state, graph=graph)
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
@@ -146,7 +146,7 @@ def time_steps(make_step, steps: int, device) -> float:
 
 
 def profiled(make_step) -> dict:
-    """Where one step's time goes (oscar.step_profile), for a step built like the timed ones."""
+    """Where one step's time goes (harness.step_profile), for a step built like the timed ones."""
     def run():
         with torch.inference_mode():
             make_step()()
@@ -170,7 +170,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
     a quantizer name, 'name:model' (rotation_dtype=model); a '+graph' suffix decodes through a frozen cache
-    with the step captured as a CUDA graph (oscar.static_cache).
+    with the step captured as a CUDA graph (harness.static_cache).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config

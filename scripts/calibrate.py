@@ -16,9 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oscar.models import load_model  # noqa: E402
-from oscar.pipeline import resolve_device  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
+from harness.models import load_model  # noqa: E402
+from harness.pipeline import resolve_device  # noqa: E402
+from harness.quantizer import build_quantizer  # noqa: E402
 from oscar.rotation import load_key_means, load_rotations  # noqa: E402
 
 

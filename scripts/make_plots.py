@@ -5,7 +5,7 @@
 
 Figures: accuracy_vs_ctx_<model>, accuracy_vs_bpe_<model>, layer_fidelity_<model>_<ctx> and, for each
 results/bench/*.json holding decode timings, decode_speedup_<file>. Figures with no data are skipped.
-The logic lives in oscar/plots.py.
+The logic lives in report/plots.py.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oscar.plots import write_plots  # noqa: E402
-from oscar.results import load_rows  # noqa: E402
+from report.plots import write_plots  # noqa: E402
+from report.store import load_rows  # noqa: E402
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
 
 Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md and <name>.tex
 (booktabs), plus bench.md with every results/bench/*.md verbatim. Only status=ok rows count; seeds
-are averaged; cells that were not run print as "–". The logic lives in oscar/tables.py.
+are averaged; cells that were not run print as "–". The logic lives in report/tables.py.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from oscar.results import load_rows  # noqa: E402
-from oscar.tables import write_tables  # noqa: E402
+from report.store import load_rows  # noqa: E402
+from report.tables import write_tables  # noqa: E402
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ torch.set_num_threads(2)
 @pytest.fixture
 def tiny():
     """Factory: a fresh tiny random (model, tokenizer) of one architecture, left padding."""
-    from oscar.models import build_tiny
+    from harness.models import build_tiny
 
     def make(arch: str, seed: int = 0):
         model, tok = build_tiny(arch, seed=seed)

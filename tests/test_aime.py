@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from eval import aime25
-from eval.base import Record
-from oscar.models import char_tokenizer
+from harness.task import Record
+from harness.models import char_tokenizer
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "aime_tiny.jsonl")
 THINKING_TEMPLATE = (

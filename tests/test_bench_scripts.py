@@ -28,7 +28,7 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
 def test_step_profile_splits_gpu_time_by_kernel_kind():
     from types import SimpleNamespace
     from torch.autograd import DeviceType
-    from oscar.step_profile import kernel_kind, split_kernel_times
+    from harness.step_profile import kernel_kind, split_kernel_times
     assert kernel_kind("_decode_stage1_kernel") == "attn"
     assert kernel_kind("cudnn_generated_fort_native_sdpa_sm90") == "attn"
     assert kernel_kind("_quantize_pack_kernel") == "kv_write"

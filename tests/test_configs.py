@@ -23,7 +23,7 @@ def test_every_model_quantizer_task_combination_composes(composer):
     for model, quantizer, task in itertools.product(options("model"), options("quantizer"), options("task")):
         cfg = composer([f"model={model}", f"quantizer={quantizer}", f"task={task}"])
         assert cfg.model.name == model and cfg.quantizer.name == quantizer and cfg.task.name == task
-        assert cfg.task.module.startswith("eval.")
+        assert cfg.task._target_.startswith("eval.")
 
 
 @pytest.mark.parametrize("group", ["logger", "experiment", "debug"])

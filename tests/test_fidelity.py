@@ -4,7 +4,8 @@ import os
 import pytest
 from hydra import compose, initialize_config_dir
 
-from oscar.pipeline import run_cell
+from harness.pipeline import run_cell
+from report.store import ResultsStore
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "configs")
 
@@ -13,7 +14,7 @@ def fidelity_rows(quantizer, tmp_path):
     with initialize_config_dir(config_dir=os.path.abspath(CONFIGS), version_base="1.3"):
         cfg = compose("config", ["model=tiny_gemma3", f"quantizer={quantizer}", "task=fidelity",
                                  f"results_dir={tmp_path}", "task.tokens=512", "task.seq_len=256"])
-        return {r["metric"]: r["value"] for r in run_cell(cfg)}
+        return {r["metric"]: r["value"] for r in run_cell(cfg, ResultsStore(tmp_path))}
 
 
 def test_identity_has_zero_error_and_int2_does_not(tmp_path, monkeypatch):
@@ -34,7 +35,7 @@ def test_keys_are_quantized_around_the_key_offset():
     from types import SimpleNamespace
 
     from eval.fidelity import layer_errors
-    from oscar.quantizer import build_quantizer
+    from harness.quantizer import build_quantizer
 
     gen = torch.Generator().manual_seed(0)
     tokens, heads, dim = 64, 2, 128
@@ -58,9 +59,9 @@ def test_capture_with_folded_values_sees_the_stock_activations(tiny, tmp_path, m
     """task=fidelity captures with the seam installed: layer 1's keys must not depend on layer 0's folded R_V."""
     import torch
 
-    from oscar.calibrate import capture_activations
-    from oscar.quantizer import build_quantizer
-    from oscar.seam import install
+    from harness.capture import capture_activations
+    from harness.quantizer import build_quantizer
+    from harness.seam import install
 
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
     model, tok = tiny("qwen3")

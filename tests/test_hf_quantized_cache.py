@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from oscar.quantizer import build_quantizer
-from oscar.seam import install
+from harness.quantizer import build_quantizer
+from harness.seam import install
 
 
 def test_hf_quantized_cache_generates_and_differs_from_bf16(tiny):

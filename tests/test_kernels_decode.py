@@ -22,7 +22,7 @@ from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, d
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
+from harness.quantizer import build_quantizer  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU

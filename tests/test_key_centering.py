@@ -4,11 +4,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from oscar.cache import ThreeRegionLayer
-from oscar.calibrate import calibration_text, capture_activations
-from oscar.quantizer import build_quantizer
+from harness.cache import ThreeRegionLayer
+from harness.capture import calibration_text, capture_activations
+from harness.quantizer import build_quantizer
 from oscar.rotation import load_key_means, save_key_means
-from oscar.seam import install
+from harness.seam import install
 from tests.test_quantizers import greedy
 
 

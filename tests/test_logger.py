@@ -3,7 +3,7 @@ import os
 
 from hydra import compose, initialize_config_dir
 
-from oscar.logger import log_cell
+from report.wandb_logger import log_cell
 
 CONFIGS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "configs"))
 ROWS = [{"model": "m", "quantizer": "q", "task": "ruler_niah", "ctx": "4k", "seed": 0, "metric": "acc",

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from eval import longbench
-from eval.base import Record
-from oscar.models import char_tokenizer
+from harness.task import Record
+from harness.models import char_tokenizer
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "longbench_tiny.jsonl")
 

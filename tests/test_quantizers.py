@@ -4,9 +4,10 @@ import torch
 
 from oscar.covariance import query_second_moment
 from kernels.format import QuantSpec, dequantize, quantize
-from oscar.quantizer import build_quantizer, known_quantizers
-from oscar.rotation import compose_rotation, eigen_basis, hadamard
-from oscar.seam import install
+from harness.quantizer import build_quantizer, known_quantizers
+from harness.hadamard import hadamard
+from oscar.rotation import compose_rotation, eigen_basis
+from harness.seam import install
 
 PROMPTS = ["The grass is green. The sky is blue. " * 6, "Here we go. There and back again."]
 

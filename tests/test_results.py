@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from oscar.results import CellRecorder, atomic_write_jsonl, cell_is_done, load_rows, rows_path
+from report.store import CellRecorder, atomic_write_jsonl, cell_is_done, load_rows, rows_path
 
 KEY = {"model": "m", "quantizer": "q", "task": "t", "ctx": "4k", "seed": 0}
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from kernels.format import QuantSpec, dequantize, quantize
-from oscar.rotation import (COMPOSE_MODES, bit_reversal, bit_reversal_permutation, block_hadamard,
-                            compose_rotation, eigen_basis, hadamard, load_rotations, save_rotations)
+from harness.hadamard import block_hadamard, hadamard
+from oscar.rotation import (COMPOSE_MODES, bit_reversal, bit_reversal_permutation, compose_rotation, eigen_basis,
+                            load_rotations, save_rotations)
 
 
 def random_spd(d, seed=0):

@@ -5,7 +5,7 @@ import uuid
 import pytest
 
 from eval import ruler_data, ruler_niah
-from eval.base import Record
+from harness.task import Record
 
 QWEN_LIKE_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

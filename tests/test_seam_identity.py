@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from oscar.cache import ThreeRegionLayer
-from oscar.quantizer import build_quantizer
-from oscar.seam import install
+from harness.cache import ThreeRegionLayer
+from harness.quantizer import build_quantizer
+from harness.seam import install
 
 PROMPTS = ["The grass is green. The sky is blue. The magic number is 4213. Here we go again and again.",
            "A short one."]
@@ -54,7 +54,7 @@ def test_uninstall_restores_attention_implementation(tiny):
 
 def test_unsupported_architecture_is_refused_by_name():
     from transformers import GPT2Config
-    from oscar.seam import check_architecture
+    from harness.seam import check_architecture
     with pytest.raises(ValueError, match="'gpt2' is not supported"):
         check_architecture(GPT2Config())
 
@@ -104,7 +104,7 @@ def test_windowed_prefill_equals_full_masked_sdpa():
     """Chunked sliding-window SDPA == one masked SDPA, with earlier keys (T_kv > T_q), GQA and left padding."""
     from types import SimpleNamespace
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from oscar.seam import windowed_sdpa
+    from harness.seam import windowed_sdpa
     gen = torch.Generator().manual_seed(0)
     batch, window, t_q, t_kv = 2, 8, 37, 45
     query = torch.randn(batch, 4, t_q, 16, generator=gen)                         # [B, H_q, T_q, D]
@@ -121,7 +121,7 @@ def test_windowed_prefill_equals_full_masked_sdpa():
 
 
 def test_long_prompt_through_windowed_prefill_reproduces_stock_gemma3(tiny, monkeypatch):
-    import oscar.seam as seam_module
+    import harness.seam as seam_module
     model, tok = tiny("gemma3")                                                    # sliding_window 16
     calls = []
     original = seam_module.windowed_sdpa

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from oscar.quantizer import build_quantizer
-from oscar.seam import install
+from harness.quantizer import build_quantizer
+from harness.seam import install
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 1e-3 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU
@@ -55,7 +55,7 @@ def test_unknown_kernel_mode_is_refused(tiny):
 
 
 def test_decode_lengths_are_built_once_per_step_and_shared_by_layers(monkeypatch):
-    from oscar.cache import ThreeRegionLayer
+    from harness.cache import ThreeRegionLayer
     quantizer = build_quantizer("naive_int2", recent=8, page=8)
     memo = {}
     layers = [ThreeRegionLayer(quantizer, i, step_memo=memo) for i in range(2)]

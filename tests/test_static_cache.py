@@ -6,9 +6,9 @@ runs on CUDA, and the CUDA-graph test replays the captured step.
 import pytest
 import torch
 
-from oscar.quantizer import build_quantizer
-from oscar.seam import install
-from oscar.static_cache import DecodeStep, freeze
+from harness.quantizer import build_quantizer
+from harness.seam import install
+from harness.static_cache import DecodeStep, freeze
 
 PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 2, "Here we go. There and back again."]
 STEPS = 20   # recent 16, page 4: the frozen cache demotes five times
@@ -153,8 +153,8 @@ def test_short_prompt_on_the_kernel_path(tiny, tmp_path, monkeypatch):
 
 def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, monkeypatch):
     """The harness's generation: greedy through the frozen cache (+ graph on CUDA) writes generate()'s texts."""
-    from eval.base import Example
-    from eval.generate import generate_outputs
+    from harness.task import Example
+    from harness.generate import generate_outputs
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
     examples = [Example(str(i), p, [], max_new_tokens=STEPS) for i, p in enumerate(PROMPTS)]
     texts, paths = {}, {}
@@ -167,8 +167,8 @@ def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, mo
 
 
 def test_static_decode_on_refuses_sampling_and_reference_caches(tiny, tmp_path, monkeypatch):
-    from eval.base import Example
-    from eval.generate import generate_outputs
+    from harness.task import Example
+    from harness.generate import generate_outputs
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
     examples = [Example("0", PROMPTS[0], [], max_new_tokens=4)]
     with install(model, quantizer, kernels="triton") as seam:

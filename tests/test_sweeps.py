@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from oscar.results import atomic_write_jsonl, read_jsonl
+from report.store import atomic_write_jsonl, read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 # The smallest sweep that still goes through run.py end to end: tiny random model, one short example.

@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from oscar.plots import QUANTIZER_COLOURS, decode_speedup, pareto_front, write_plots
-from oscar.results import atomic_write_jsonl, load_rows
-from oscar.tables import MISSING, QUANTIZER_ORDER, all_tables, to_latex, to_markdown
+from report.plots import QUANTIZER_COLOURS, decode_speedup, pareto_front, write_plots
+from report.store import atomic_write_jsonl, load_rows
+from report.tables import MISSING, QUANTIZER_ORDER, all_tables, to_latex, to_markdown
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_throughput as bench  # noqa: E402
 import kernels.decode  # noqa: E402
 import kernels.quant  # noqa: E402
-from oscar.seam import install  # noqa: E402
+from harness.seam import install  # noqa: E402
 
 NO_KERNEL = {"view", "_unsafe_view", "slice", "transpose", "t", "expand", "select", "unsqueeze", "squeeze",
              "permute", "as_strided", "alias", "detach", "empty", "new_empty", "empty_strided", "split", "unbind",

@@ -21,10 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from eval.fidelity import quantize_dequantize  # noqa: E402
-from oscar.calibrate import calibration_text, capture_activations  # noqa: E402
-from oscar.models import load_model  # noqa: E402
-from oscar.pipeline import resolve_device  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
+from harness.capture import calibration_text, capture_activations  # noqa: E402
+from harness.models import load_model  # noqa: E402
+from harness.pipeline import resolve_device  # noqa: E402
+from harness.quantizer import build_quantizer  # noqa: E402
 
 BLOCK = 128
 

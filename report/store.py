@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import resource
 import subprocess
 import tempfile
 import time
@@ -77,47 +75,21 @@ def git_sha() -> str:
         return "unknown"
 
 
-def versions() -> dict:
-    import torch
-    import transformers
-    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
-    try:
-        import triton
-        out["triton"] = triton.__version__
-    except ImportError:
-        pass
-    return out
-
-
-def device_name() -> str:
-    import torch
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"cpu ({os.cpu_count()} cores)"
-
-
-def peak_memory_mb() -> float:
-    import torch
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 class CellRecorder:
     """Collects the provenance of one cell and writes its rows (ok or error) atomically."""
 
-    def __init__(self, results_dir, cell_key: dict, cell_config: dict):
+    def __init__(self, results_dir, cell_key: dict, cell_config: dict, environment=dict):
         self.results_dir, self.key = results_dir, cell_key
         self.cell = cell_hash(cell_config)
+        self.environment = environment   # () -> {"versions", "device", "peak_mem_mb"}: measured by the caller
         self.started = time.time()
         self.run: dict = {}       # how the cell ran (kernel path, decode path per batch): provenance, not identity
 
     def _row(self, metric: str, value, status: str, error: str = "") -> dict:
         return {**self.key, "metric": metric, "value": value, "status": status, "error": error,
-                "cell": self.cell, "config_hash": self.cell, "git_sha": git_sha(), "versions": versions(),
-                "device": device_name(), "wall_time_s": round(time.time() - self.started, 2),
-                "peak_mem_mb": round(peak_memory_mb(), 1), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "run": self.run}
+                "cell": self.cell, "config_hash": self.cell, "git_sha": git_sha(), **self.environment(),
+                "wall_time_s": round(time.time() - self.started, 2),
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "run": self.run}
 
     def write_ok(self, metrics: dict, records=()) -> list[dict]:
         rows = [self._row(name, float(value), "ok") for name, value in metrics.items()]
@@ -130,6 +102,22 @@ class CellRecorder:
         rows = [self._row("error", float("nan"), "error", message)]
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
         return rows
+
+
+class ResultsStore:
+    """One results directory: hands out a cell's recorder, says whether a cell is done, reads its rows."""
+
+    def __init__(self, results_dir):
+        self.results_dir = Path(results_dir)
+
+    def recorder(self, cell_key: dict, cell_config: dict, environment=dict) -> CellRecorder:
+        return CellRecorder(self.results_dir, cell_key, cell_config, environment)
+
+    def is_done(self, recorder: CellRecorder) -> bool:
+        return cell_is_done(self.results_dir, recorder.key["task"], recorder.cell)
+
+    def rows(self, recorder: CellRecorder) -> list[dict]:
+        return read_jsonl(rows_path(self.results_dir, recorder.key["task"], recorder.cell))
 
 
 def load_rows(results_dir) -> "pandas.DataFrame":

@@ -4,7 +4,7 @@ Every loader returns a `LoadedModel` (model in eval mode, tokenizer, whether pro
 template).  The offline packages are converted once to a safetensors directory under the cache
 (`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
 
-    python -c "from oscar.models import prepare_offline_models; prepare_offline_models()"
+    python -c "from harness.models import prepare_offline_models; prepare_offline_models()"
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Figures (PNG + PDF, Agg) as pure functions of the results store and the benchmark JSON.
 
-    from oscar.results import load_rows
-    from oscar.plots import write_plots
+    from report.store import load_rows
+    from report.plots import write_plots
     write_plots(load_rows("results"), Path("results/bench"), Path("results/plots"))
 
 `scripts/make_plots.py` is the CLI. Every figure colours a quantizer with QUANTIZER_COLOURS, takes
-only status=ok rows (seed means via oscar.tables.Summary, ± std as error bars) and puts its legend
+only status=ok rows (seed means via report.tables.Summary, ± std as error bars) and puts its legend
 outside the axes.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from oscar.tables import (FIDELITY_METRICS, HEADLINE_METRICS, Stat, Summary, ctx_tokens, quantizer_label,
+from report.tables import (FIDELITY_METRICS, HEADLINE_METRICS, Stat, Summary, ctx_tokens, quantizer_label,
                           quantizer_rank)
 
 # One colour per quantizer in every figure (Okabe-Ito based; INT2/INT4 siblings share a hue).

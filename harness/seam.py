@@ -18,7 +18,7 @@ from transformers.cache_utils import Cache, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from oscar.cache import KVView, ThreeRegionLayer
+from harness.cache import KVView, ThreeRegionLayer
 
 ATTN_NAME = "kvq"
 WINDOWED_PREFILL = True   # sliding-window layers prefill in window-sized query chunks (windowed_sdpa); False: one masked SDPA

@@ -1,21 +1,20 @@
 """One cell of the grid: validate -> skip if done -> load -> quantizer -> seam -> task -> rows.
 
-run.py is a thin Hydra wrapper around `run_cell(cfg)`; everything that can be checked without
-weights is checked first, so bad input fails in seconds with one sentence.
+run.py is a thin Hydra wrapper around `run_cell(cfg, store)`; everything that can be checked without
+weights is checked first, so bad input fails in seconds with one sentence. The quantizer and the task
+are the classes their configs' `_target_` name: this module imports no concrete quantizer or task.
+`store` is the results store (report.store.ResultsStore, passed in by the caller: the core does not
+import the reporting layer); it hashes the cell, skips finished cells and writes rows atomically.
 """
 from __future__ import annotations
 
-import importlib
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from oscar.quantizer import build_quantizer
-from oscar.results import CellRecorder, cell_is_done, read_jsonl, rows_path
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness.environment import environment
+from harness.quantizer import locate, quantizer_from_config
 
 
 class CellError(ValueError):
@@ -26,33 +25,46 @@ class CellError(ValueError):
 class CellPlan:
     cfg: DictConfig
     quantizer: object
-    task_module: object
-    recorder: CellRecorder
-    results_dir: Path
+    task: object
+    key: dict
+    definition: dict
 
 
 def cell_definition(cfg: DictConfig) -> tuple[dict, dict]:
     """(row key, full cell config) — the key names the cell in tables, the config hash identifies it."""
     key = {"model": cfg.model.name, "quantizer": cfg.quantizer.name, "task": cfg.task.name,
            "ctx": cfg.ctx.name, "seed": int(cfg.seed)}
-    full = {name: OmegaConf.to_container(cfg[name], resolve=True) for name in ("model", "quantizer", "task", "ctx")}
+    full = {name: _settings(cfg[name]) for name in ("model", "quantizer", "task", "ctx")}
+    full["task"]["module"] = str(cfg.task._target_).rpartition(".")[0]   # the task's identity is its module
     full["seed"] = int(cfg.seed)
     return key, full
 
 
-def import_task(cfg: DictConfig):
+def _settings(node: DictConfig) -> dict:
+    """A config group's settings without `_target_` (which class runs them is code, not a setting)."""
+    settings = OmegaConf.to_container(node, resolve=True)
+    settings.pop("_target_", None)
+    return settings
+
+
+def build_task(task_cfg: DictConfig):
+    """The task object its config's `_target_` names, built from the other keys."""
+    options = OmegaConf.to_container(task_cfg, resolve=True)
+    target = options.pop("_target_", None)
+    if not target:
+        raise CellError(f"Task config '{task_cfg.get('name')}' has no _target_ naming its class.")
     try:
-        return importlib.import_module(cfg.task.module)
-    except ModuleNotFoundError as err:
-        raise CellError(f"Task '{cfg.task.name}' names module '{cfg.task.module}', which cannot be imported ({err}).")
+        return locate(target, f"Task '{task_cfg.name}'")(**options)
+    except ValueError as err:
+        raise CellError(str(err)) from None
 
 
 def validate(cfg: DictConfig) -> CellPlan:
     """Every check that needs no weights: names, paths, ctx vs the model's positions, quantizer vs model."""
-    from oscar.models import resolve_location
-    from oscar.seam import SUPPORTED_MODEL_TYPES
+    from harness.models import resolve_location
+    from harness.seam import SUPPORTED_MODEL_TYPES
     try:
-        quantizer = build_quantizer(cfg.quantizer.name, **_options(cfg.quantizer))
+        quantizer = quantizer_from_config(OmegaConf.to_container(cfg.quantizer, resolve=True))
         resolve_location(cfg.model)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
@@ -63,17 +75,9 @@ def validate(cfg: DictConfig) -> CellPlan:
     if max_pos and cfg.ctx.tokens > max_pos:
         raise CellError(f"ctx={cfg.ctx.name} ({cfg.ctx.tokens} tokens) exceeds model '{cfg.model.name}''s "
                         f"{max_pos} positions.")
-    task_module = import_task(cfg)
-    results_dir = Path(cfg.results_dir)
-    results_dir = results_dir if results_dir.is_absolute() else REPO_ROOT / results_dir
+    task = build_task(cfg.task)
     key, full = cell_definition(cfg)
-    return CellPlan(cfg, quantizer, task_module, CellRecorder(results_dir, key, full), results_dir)
-
-
-def _options(node: DictConfig) -> dict:
-    opts = OmegaConf.to_container(node, resolve=True)
-    opts.pop("name", None)
-    return opts
+    return CellPlan(cfg, quantizer, task, key, full)
 
 
 def seed_everything(seed: int) -> None:
@@ -93,28 +97,27 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def run_cell(cfg: DictConfig) -> list[dict]:
-    """Run (or skip) one cell and return its rows."""
+def run_cell(cfg: DictConfig, store) -> list[dict]:
+    """Run (or skip) one cell and return its rows; `store` is a report.store.ResultsStore."""
     plan = validate(cfg)
-    rec = plan.recorder
-    if not cfg.force and cell_is_done(plan.results_dir, rec.key["task"], rec.cell):
-        print(f"[skip] {rec.key} already has rows ({rec.cell}).")
-        return read_jsonl(rows_path(plan.results_dir, rec.key["task"], rec.cell))
+    recorder = store.recorder(plan.key, plan.definition, environment)
+    if not cfg.force and store.is_done(recorder):
+        print(f"[skip] {plan.key} already has rows ({recorder.cell}).")
+        return store.rows(recorder)
     device = resolve_device(cfg.device)
     try:
-        metrics, records = execute(plan, device)
+        metrics, records = execute(plan, device, recorder)
     except (KeyboardInterrupt, CellError):
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
-        plan.recorder.write_error(f"{type(err).__name__}: {err}")
+        recorder.write_error(f"{type(err).__name__}: {err}")
         raise
-    return plan.recorder.write_ok(metrics, records)
+    return recorder.write_ok(metrics, records)
 
 
-def execute(plan: CellPlan, device: str):
-    from eval.runner import run_task
-    from oscar.models import load_model
-    from oscar.seam import check_architecture, install
+def execute(plan: CellPlan, device: str, recorder):
+    from harness.models import load_model
+    from harness.seam import check_architecture, install
     cfg = plan.cfg
     seed_everything(int(cfg.seed))
     loaded = load_model(cfg.model, device=device)
@@ -124,8 +127,8 @@ def execute(plan: CellPlan, device: str):
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}
         static_decode = str(cfg.get("static_decode", "auto"))
-        metrics, records = run_task(plan.task_module, cfg.task, loaded, seam, cfg.ctx.tokens, int(cfg.seed),
-                                    static_decode=static_decode, paths=paths)
-        plan.recorder.run = {"kernels": seam.use_kernels, "static_decode": static_decode, "decode_batches": paths}
+        metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
+                                         static_decode=static_decode, paths=paths)
+        recorder.run = {"kernels": seam.use_kernels, "static_decode": static_decode, "decode_batches": paths}
     metrics["bits_per_element"] = plan.quantizer.bits_per_element(cfg.ctx.tokens)
     return metrics, records

@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from oscar.cache import KVView, ThreeRegionLayer, decode_demotion, region_starts
+from harness.cache import KVView, ThreeRegionLayer, decode_demotion, region_starts
 
 
 class StaticState:

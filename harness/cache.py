@@ -137,7 +137,7 @@ class ThreeRegionLayer(DynamicLayer):
         self.n_tokens = 0
         self.n_sink = 0
         self.history_k = self.history_v = None
-        self.static = None            # a StaticState once `oscar.static_cache.freeze` fixed the buffers
+        self.static = None            # a StaticState once `harness.static_cache.freeze` fixed the buffers
         r_k = quantizer.key_rotation(layer_idx)
         self.key_rotation = None if r_k is None else r_k.float()
         offset = quantizer.key_offset(layer_idx)

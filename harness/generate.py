@@ -9,7 +9,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from oscar.static_cache import greedy_static, static_decode_refusal
+from harness.static_cache import greedy_static, static_decode_refusal
 
 STATIC_MODES = ("auto", "on", "off")
 
@@ -37,7 +37,7 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
                      paths: dict | None = None) -> list[str]:
     """Generate one continuation per example (greedy unless `sampling` gives do_sample params).
 
-    static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of oscar.static_cache;
+    static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of harness.static_cache;
     refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
     paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance).
     """

@@ -3,7 +3,7 @@
 A quantizer is data plus small functions: how K and V are stored (a `QuantSpec` each, or None for
 full precision), the full-precision window sizes (sink / recent / demotion page), optional
 rotations (R_K applied to q and k after RoPE; R_V folded into v_proj and undone on the attention
-output), and `bits_per_element(ctx)`. The cache (oscar/cache.py) and the seam (oscar/seam.py) are
+output), and `bits_per_element(ctx)`. The cache (harness/cache.py) and the seam (harness/seam.py) are
 shared by every quantizer, so a new method is one small module plus one YAML.
 """
 from __future__ import annotations
@@ -14,19 +14,6 @@ from typing import Any
 
 import torch
 
-# name -> "module:Class"; imported only when asked for, so listing names costs nothing.
-REGISTRY: dict[str, str] = {
-    "bf16": "baselines.bf16:BF16",
-    "naive_int2": "baselines.naive:NaiveInt2",
-    "quarot_int2": "baselines.quarot:QuaRot",
-    "quarot_int4": "baselines.quarot:QuaRot",
-    "kivi2": "baselines.kivi:KIVI",
-    "kivi4": "baselines.kivi:KIVI",
-    "int4": "baselines.int4:Int4",
-    "saw_int4": "baselines.int4:Int4",
-    "oscar": "oscar.method:OSCAR",
-    "hf_quantized_cache": "baselines.hf_quantized_cache:HFQuantizedCache",
-}
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "quantizer"
 
 
@@ -42,8 +29,10 @@ class KVQuantizer:
     metadata_bits: int = 16         # bits of one scale or zero as stored
     rotation_dtype: str = "float32"  # runtime rotations in fp32, or "model": in the activations' dtype (as released)
 
-    def __init__(self, **options):
+    def __init__(self, name: str | None = None, **options):
         self.options = options
+        if name:
+            self.name = name
 
     # ---------------------------------------------------------------- lifecycle
     def check(self, model_config) -> None:
@@ -91,26 +80,33 @@ class KVQuantizer:
 
 
 def known_quantizers() -> list[str]:
-    return sorted(REGISTRY)
+    """Every quantizer with a config file in configs/quantizer (the registry is that folder)."""
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
 
 
-def default_options(name: str) -> dict:
-    """The options of configs/quantizer/<name>.yaml (the single source of each quantizer's defaults)."""
-    path = CONFIG_DIR / f"{name}.yaml"
-    if not path.exists():
-        return {}
-    from omegaconf import OmegaConf
-    options = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    options.pop("name", None)
-    return options
+def locate(target: str, what: str) -> type:
+    """The class a config's `_target_` names ("package.module.Class"), or ValueError in one sentence."""
+    module_name, _, attr = str(target).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"{what} names _target_ '{target}', which cannot be imported ({err}).") from None
+
+
+def quantizer_from_config(options: dict) -> KVQuantizer:
+    """Instantiate the quantizer a config node describes: its `_target_` class with the other keys as options."""
+    options = dict(options)
+    target = options.pop("_target_", None)
+    if not target:
+        raise ValueError(f"Quantizer config '{options.get('name')}' has no _target_ naming its class.")
+    return locate(target, f"Quantizer '{options.get('name')}'")(**options)
 
 
 def build_quantizer(name: str, **overrides) -> KVQuantizer:
-    """Instantiate a registered quantizer by name: YAML defaults, then `overrides` (imports lazily)."""
-    if name not in REGISTRY:
+    """Instantiate a quantizer by name: configs/quantizer/<name>.yaml, then `overrides` (imports lazily)."""
+    path = CONFIG_DIR / f"{name}.yaml"
+    if not path.exists():
         raise ValueError(f"Unknown quantizer '{name}'; known: {', '.join(known_quantizers())}.")
-    module_name, cls_name = REGISTRY[name].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    quantizer = cls(**{**default_options(name), **overrides})
-    quantizer.name = name
-    return quantizer
+    from omegaconf import OmegaConf
+    options = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return quantizer_from_config({**options, **overrides, "name": name})

@@ -1,0 +1,82 @@
+"""The task interface: a task config's `_target_` class, built from the config's keys, runs over the seam.
+
+A generation task subclasses `GenerationTask` and provides
+    build_examples(tokenizer, ctx, n, seed, **task_options) -> list[Example]
+    score(example, output) -> float
+    aggregate(records) -> dict[str, float]        # metric name -> value for the result rows
+A task that drives the model itself (fidelity, lm-eval) subclasses `Task` and overrides `run`.
+Task configs live in configs/task/<name>.yaml; their `_target_` names the class (in eval/).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.generate import generate_outputs
+
+RUNNER_KEYS = ("name", "batch_size", "stop", "sampling")   # generation settings, not build_examples options
+
+
+@dataclass
+class Example:
+    """One prompt to generate from, and what a correct answer must contain."""
+
+    id: str
+    prompt: str                      # fully templated text given to the tokenizer (chat template already applied)
+    answers: list[str]               # reference strings used by the task's scorer
+    max_new_tokens: int = 128
+    meta: dict = field(default_factory=dict)   # variant, depth, length, ... (kept in the per-example records)
+
+
+@dataclass
+class Record:
+    """One scored generation: the audit trail written beside the result rows."""
+
+    example_id: str
+    output: str
+    score: float
+    prompt_tokens: int
+    meta: dict = field(default_factory=dict)
+
+
+class Task:
+    """Base of every task: keeps its config (as the task code reads it) and runs one cell's evaluation."""
+
+    def __init__(self, **options):
+        self.cfg: DictConfig = OmegaConf.create(options)
+        self.name = str(self.cfg.name)
+
+    def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
+            paths: dict | None = None) -> tuple[dict, list]:
+        """(metrics, per-example records) of the model behind `seam` at context `ctx`."""
+        raise NotImplementedError
+
+
+class GenerationTask(Task):
+    """Build prompts, generate through the seam's cache, score each output, aggregate."""
+
+    def build_examples(self, tokenizer, ctx: int, n: int, seed: int, **options) -> list[Example]:
+        raise NotImplementedError
+
+    def score(self, example: Example, output: str) -> float:
+        raise NotImplementedError
+
+    def aggregate(self, records: list[Record]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def options(self) -> dict:
+        opts = OmegaConf.to_container(self.cfg, resolve=True)
+        return {k: v for k, v in opts.items() if k not in RUNNER_KEYS}
+
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+        opts = self.options()
+        examples = self.build_examples(loaded.tokenizer, ctx, int(opts.pop("samples")), seed, chat=loaded.chat,
+                                       **opts)
+        outputs = generate_outputs(loaded.model, loaded.tokenizer, examples, seam.new_cache,
+                                   batch_size=int(self.cfg.get("batch_size", 1)),
+                                   sampling=self.cfg.get("sampling"), stop=list(self.cfg.get("stop") or []),
+                                   desc=self.name, static_decode=static_decode, paths=paths)
+        records = [Record(ex.id, out, float(self.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]),
+                          ex.meta) for ex, out in zip(examples, outputs)]
+        return self.aggregate(records), records
