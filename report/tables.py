@@ -112,6 +112,10 @@ class Summary:
         return Stat(sum(means) / len(means), math.nan, 1) if means else None
 
 
+HEADLINE_BEGIN = "<!-- headline-table:begin"
+HEADLINE_END = "<!-- headline-table:end -->"
+
+
 def latest_ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """status == "ok" rows with a numeric value; if a seed was recorded twice (a re-run with other
     options under the same names), only its latest row counts, so it is not averaged as two seeds."""
@@ -228,18 +232,37 @@ def all_tables(rows: pd.DataFrame) -> list[Table]:
     return [main_table(summary), ruler_by_ctx_table(summary), ruler_variants_table(summary), fidelity_table(summary)]
 
 
+def block_markdown(block: Block) -> list[str]:
+    """One block as Markdown table lines (header, rule, rows)."""
+    return (["| " + " | ".join(block.columns) + " |", "|" + "---|" * len(block.columns)]
+            + ["| " + " | ".join(row) + " |" for row in block.rows])
+
+
 def to_markdown(table: Table) -> str:
     """`# title`, one `## block` table each, then the footnotes."""
     lines = [f"# {table.title}", ""]
     if not table.blocks:
         lines += ["No status=ok rows for this table yet.", ""]
     for block in table.blocks:
-        lines += [f"## {block.title}", "", "| " + " | ".join(block.columns) + " |",
-                  "|" + "---|" * len(block.columns)]
-        lines += ["| " + " | ".join(row) + " |" for row in block.rows]
-        lines.append("")
+        lines += [f"## {block.title}", "", *block_markdown(block), ""]
     lines += [f"{note}  " for note in table.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def headline_markdown(rows: pd.DataFrame) -> str:
+    """The README's headline table: the main table's first block (the first model), as Markdown lines."""
+    blocks = main_table(Summary(rows)).blocks
+    return "\n".join(block_markdown(blocks[0])) + "\n" if blocks else "No status=ok rows for the main table yet.\n"
+
+
+def splice_headline(text: str, table: str) -> str:
+    """`text` (the README) with the lines between its headline markers replaced by `table`."""
+    lines = text.splitlines(keepends=True)
+    begin = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE_BEGIN)), None)
+    end = next((i for i, line in enumerate(lines) if line.startswith(HEADLINE_END)), None)
+    if begin is None or end is None or end < begin:
+        raise ValueError(f"The README has no '{HEADLINE_BEGIN} ...' / '{HEADLINE_END}' marker pair.")
+    return "".join(lines[:begin + 1]) + table + "".join(lines[end:])
 
 
 def latex_cell(text: str) -> str:

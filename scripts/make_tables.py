@@ -5,7 +5,9 @@
 
 Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md and <name>.tex
 (booktabs), plus bench.md with every results/bench/*.md verbatim. Only status=ok rows count; seeds
-are averaged; cells that were not run print as "–". The logic lives in report/tables.py.
+are averaged; cells that were not run print as "–". For the default store (results/ into
+results/tables) it also rewrites the README's headline table between its markers. The logic lives
+in report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
 """
 from __future__ import annotations
 
@@ -16,17 +18,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from report.store import load_rows  # noqa: E402
-from report.tables import write_tables  # noqa: E402
+from report.tables import headline_markdown, splice_headline, write_tables  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results"), help="results store (rows/ below it)")
+    parser.add_argument("--results", type=Path, default=ROOT / "results", help="results store (rows/ below it)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <results>/tables)")
     args = parser.parse_args()
     out = args.out or args.results / "tables"
-    for path in write_tables(load_rows(args.results), args.results / "bench", out):
+    rows = load_rows(args.results)
+    for path in write_tables(rows, args.results / "bench", out):
         print(f"wrote {path}")
+    if args.out is None and args.results.resolve() == (ROOT / "results").resolve():
+        readme = ROOT / "README.md"
+        readme.write_text(splice_headline(readme.read_text(), headline_markdown(rows)))
+        print(f"wrote {readme} (headline table)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""Committed tables cannot drift: each equals a rebuild from the committed rows, byte for byte.
+
+A table edited by hand, or rows changed without `python scripts/make_tables.py`, fail here; the
+README's headline table must equal the generated one between its markers.
+"""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from report.store import load_rows
+from report.tables import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, splice_headline, write_tables
+
+ROOT = Path(__file__).resolve().parent.parent
+STORES = [ROOT / "results", ROOT / "results" / "ruler_full", ROOT / "results" / "ablations"]
+
+
+def drifted_tables(store: Path, scratch: Path) -> list[str]:
+    """Names of the store's committed tables that differ from a rebuild (or that a rebuild would not write)."""
+    written = {p.name: p for p in write_tables(load_rows(store), store / "bench", scratch)}
+    committed = {p.name: p for p in (store / "tables").glob("*") if p.suffix in (".md", ".tex")}
+    return sorted(name for name in set(written) | set(committed)
+                  if name not in written or name not in committed
+                  or written[name].read_bytes() != committed[name].read_bytes())
+
+
+@pytest.mark.parametrize("store", STORES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_tables_equal_a_rebuild_from_rows(store, tmp_path):
+    assert drifted_tables(store, tmp_path) == [], "regenerate with: python scripts/make_tables.py --results " + str(store)
+
+
+def test_a_hand_edited_table_is_caught(tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(ROOT / "results" / "rows", store / "rows")
+    shutil.copytree(ROOT / "results" / "tables", store / "tables")
+    edited = store / "tables" / "main.md"
+    edited.write_text(edited.read_text().replace("| 4k | BF16 |", "| 4k | BF16 (edited) |", 1))
+    assert "main.md" in drifted_tables(store, tmp_path / "rebuild")
+
+
+def test_readme_headline_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    assert HEADLINE_BEGIN in readme and HEADLINE_END in readme
+    assert splice_headline(readme, headline_markdown(load_rows(ROOT / "results"))) == readme, \
+        "regenerate with: python scripts/make_tables.py"
