@@ -107,6 +107,12 @@ class PackedHistory:
     def view(self, key: str) -> torch.Tensor:
         return self.buffers[key][..., : self.used[key], :]
 
+    def select_batch(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` [B'] (in that order, repeats allowed) of every buffer."""
+        self.buffers = {key: buf[index.to(buf.device)] for key, buf in self.buffers.items()}
+        if self._mirror is not None:
+            self._mirror = self._mirror[index.to(self._mirror.device)]
+
     def nbytes(self) -> int:
         return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers)
 
@@ -189,6 +195,33 @@ class ThreeRegionLayer(DynamicLayer):
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.n_tokens + query_length, 0
+
+    # transformers' batch operations (beam search, contrastive search): applied to every region's buffers
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._select_batch(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._select_batch(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._select_batch(torch.arange(self.keys.shape[0]).repeat_interleave(repeats))
+
+    def crop(self, max_length: int) -> None:
+        raise NotImplementedError("The three-region KV cache cannot be cropped (assisted decoding and DoLa need "
+                                  "that): its demoted tokens are quantized, so use num_beams / greedy / sampling.")
+
+    def _select_batch(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` [B'] of the sink/recent rows and of the packed history."""
+        if self.static is not None:
+            raise NotImplementedError("A frozen (static) three-region cache cannot reorder or select its batch rows.")
+        if not self.is_initialized:
+            return
+        index = index.to(self.keys.device)
+        self.keys, self.values = self.keys[index], self.values[index]
+        for history in (self.history_k, self.history_v):
+            if history is not None:
+                history.select_batch(index)
+        self.step_memo.clear()
 
     def reset(self) -> None:
         self.n_tokens = self.n_sink = 0

@@ -128,12 +128,27 @@ def fold_value_rotation(module, rotation: torch.Tensor, runtime_dtype: str = "fl
     return original
 
 
-def kernels_enabled(device: torch.device, mode: str) -> bool:
-    """auto: Triton kernels on CUDA only; triton: forced (CPU needs TRITON_INTERPRET=1); reference: never."""
+def overrides_storage_hooks(quantizer) -> bool:
+    """Whether the quantizer replaces KVQuantizer.quantize / dequantize (the kernels implement only the stock ones)."""
+    from harness.quantizer import KVQuantizer
+    cls = type(quantizer)
+    return cls.quantize is not KVQuantizer.quantize or cls.dequantize is not KVQuantizer.dequantize
+
+
+def kernels_enabled(device: torch.device, mode: str, quantizer=None) -> bool:
+    """auto: Triton kernels on CUDA only; triton: forced (CPU needs TRITON_INTERPRET=1); reference: never.
+
+    A quantizer with its own quantize/dequantize hooks runs on the reference path (which calls them) under
+    auto, and is refused under `kernels=triton`: the kernels would silently store the stock format instead.
+    """
     from kernels.dispatch import use_triton
+    custom = quantizer is not None and quantizer.stores_codes and overrides_storage_hooks(quantizer)
+    if custom and mode == "triton":
+        raise ValueError(f"Quantizer '{quantizer.name}' overrides quantize/dequantize, which the Triton kernels do "
+                         f"not implement; run it with kernels=reference (or auto).")
     if mode == "auto":
-        return device.type == "cuda"
-    return use_triton(device, mode)
+        return device.type == "cuda" and not custom
+    return use_triton(device, mode) and not custom
 
 
 class Seam:
@@ -143,7 +158,7 @@ class Seam:
         self.model, self.quantizer, self.kernels = model, quantizer, kernels
         self.modules = attention_modules(model)
         self.previous_impl = model.config._attn_implementation
-        self.use_kernels = kernels_enabled(next(model.parameters()).device, kernels)
+        self.use_kernels = kernels_enabled(next(model.parameters()).device, kernels, quantizer)
         self._weights: dict[int, torch.Tensor] = {}
 
     @property
