@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.pipeline import CellError
 from harness.task import Task
 
 SHIPPED_TASKS = Path(__file__).parent / "lm_eval_tasks"
@@ -23,9 +24,21 @@ def _cached_hflm_class():
     from lm_eval.models.huggingface import HFLM
 
     class CachedHFLM(HFLM):
-        def __init__(self, new_cache, **kwargs):
+        def __init__(self, new_cache, scoring_refusal: str | None = None, **kwargs):
             super().__init__(**kwargs)
-            self.new_cache = new_cache
+            self.new_cache, self.scoring_refusal = new_cache, scoring_refusal
+
+        def loglikelihood(self, requests, *args, **kwargs):
+            self._refuse_scoring()
+            return super().loglikelihood(requests, *args, **kwargs)
+
+        def loglikelihood_rolling(self, requests, *args, **kwargs):
+            self._refuse_scoring()
+            return super().loglikelihood_rolling(requests, *args, **kwargs)
+
+        def _refuse_scoring(self):
+            if self.scoring_refusal:
+                raise CellError(self.scoring_refusal)
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
             # context: [B, T] left-padded token ids; attention_mask arrives in generation_kwargs
@@ -72,19 +85,32 @@ def flatten_results(results: dict) -> dict[str, float]:
     return flat
 
 
+def scoring_refusal(quantizer) -> str | None:
+    """Why loglikelihood / perplexity requests cannot measure `quantizer` (None for the identity).
+
+    lm-eval scores them with one forward pass and no cache: every token attends to its context in full
+    precision, so a KV quantizer would leave the numbers untouched while the rows claimed its bits.
+    """
+    if not quantizer.stores_codes:
+        return None
+    return (f"lm-eval loglikelihood and perplexity requests never read a KV cache back (each token attends to its "
+            f"context in full precision), so quantizer '{quantizer.name}' would not be measured: run such tasks "
+            f"with quantizer=bf16, or use generate_until tasks.")
+
+
 def run_lm_eval(model, tokenizer, new_cache, tasks: list[str], include_path: str | None = None,
                 limit: int | float | None = None, batch_size: int = 1, max_length: int | None = None,
-                seed: int = 0) -> dict[str, float]:
+                seed: int = 0, refusal: str | None = None) -> dict[str, float]:
     """Evaluate `tasks` with lm-eval on the given model/tokenizer; generation goes through `new_cache()`.
 
     `max_length` caps context + generation (lm-eval's default otherwise); `seed` seeds python, numpy,
-    torch and few-shot sampling.
+    torch and few-shot sampling; `refusal` (see `scoring_refusal`) stops loglikelihood requests.
     """
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    lm = _cached_hflm_class()(new_cache, pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
-                              max_length=max_length)
+    lm = _cached_hflm_class()(new_cache, scoring_refusal=refusal, pretrained=model, tokenizer=tokenizer,
+                              batch_size=batch_size, max_length=max_length)
     specs = local_task_configs(tasks, include_path)
     # indexing lm-eval's ~14k built-in task YAMLs takes ~10 s on a small CPU: only when a task needs them
     manager = TaskManager(include_path=include_path, include_defaults=any(isinstance(s, str) for s in specs))
@@ -101,7 +127,7 @@ def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
     metrics = run_lm_eval(loaded.model, loaded.tokenizer, seam.new_cache, list(task_cfg.tasks),
                           include_path=str(task_cfg.get("include_path") or SHIPPED_TASKS),
                           limit=task_cfg.get("limit"), batch_size=int(task_cfg.get("batch_size", 1)), max_length=ctx,
-                          seed=seed)
+                          seed=seed, refusal=scoring_refusal(seam.quantizer))
     return metrics, []
 
 

@@ -38,3 +38,28 @@ def test_flatten_results():
     assert lm_eval_bridge.flatten_results(results) == pytest.approx({
         "toy_qa/exact_match": 0.5, "gsm8k/exact_match,strict-match": 0.25,
         "gsm8k/exact_match_stderr,strict-match": 0.1})
+
+
+def _lm_eval_cell(quantizer, tmp_path, task):
+    from hydra import compose, initialize_config_dir
+
+    from harness.pipeline import run_cell
+    from report.store import ResultsStore
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("config", ["model=tiny_qwen3", f"quantizer={quantizer}", "task=lm_eval", f"task.tasks=[{task}]",
+                                 "task.limit=2", f"results_dir={tmp_path}"])
+    return run_cell(cfg, ResultsStore(tmp_path))
+
+
+def test_loglikelihood_task_under_a_quantizer_is_refused_in_one_sentence(tmp_path):
+    from harness.pipeline import CellError
+    with pytest.raises(CellError, match="would not be measured") as err:
+        _lm_eval_cell("naive_int2", tmp_path, "toy_choice")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "rows").exists(), "a refused cell writes no row"
+
+
+def test_loglikelihood_task_runs_under_bf16(tmp_path):
+    rows = {r["metric"]: r for r in _lm_eval_cell("bf16", tmp_path, "toy_choice")}
+    assert rows["toy_choice/acc"]["status"] == "ok"
