@@ -30,12 +30,27 @@ class CellPlan:
     definition: dict
 
 
+# Options added after cells were first recorded, with the value every earlier cell ran with. Such an option
+# enters the cell id only when set to another value, so adding it leaves existing cells' ids (and their
+# skip-if-done) unchanged. Add each new result-changing option here with its old behaviour as the value.
+ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
+    ("quantizer", "rotation_dtype"): "float32",
+}
+
+
 def cell_definition(cfg: DictConfig) -> tuple[dict, dict]:
-    """(row key, full cell config) — the key names the cell in tables, the config hash identifies it."""
+    """(row key, cell settings): the key names the cell in tables; the hash of the settings is the cell id.
+
+    The settings are the resolved model, quantizer, task and ctx groups and the seed (everything that
+    changes results), less `_target_` (code, not a setting) and less ID_NEUTRAL_DEFAULTS at their defaults.
+    """
     key = {"model": cfg.model.name, "quantizer": cfg.quantizer.name, "task": cfg.task.name,
            "ctx": cfg.ctx.name, "seed": int(cfg.seed)}
     full = {name: _settings(cfg[name]) for name in ("model", "quantizer", "task", "ctx")}
     full["task"]["module"] = str(cfg.task._target_).rpartition(".")[0]   # the task's identity is its module
+    for (group, option), default in ID_NEUTRAL_DEFAULTS.items():
+        if full[group].get(option, default) == default:
+            full[group].pop(option, None)
     full["seed"] = int(cfg.seed)
     return key, full
 
@@ -124,11 +139,13 @@ def execute(plan: CellPlan, device: str, recorder):
     check_architecture(loaded.model.config)
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
+    recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}
         static_decode = str(cfg.get("static_decode", "auto"))
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
                                          static_decode=static_decode, paths=paths)
-        recorder.run = {"kernels": seam.use_kernels, "static_decode": static_decode, "decode_batches": paths}
+        recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
+                        "static_decode": static_decode, "decode_batches": paths}
     metrics["bits_per_element"] = plan.quantizer.bits_per_element(cfg.ctx.tokens)
     return metrics, records

@@ -75,6 +75,10 @@ class KVQuantizer:
         """Average stored bits per K/V element at context `ctx`, counting codes, metadata and full-precision windows."""
         return 16.0
 
+    def artifacts(self) -> dict[str, str]:
+        """Digest of each file or text this quantizer was built from (recorded in the rows); none by default."""
+        return {}
+
     def describe(self) -> dict:
         return {"name": self.name, "sink": self.sink_tokens, "recent": self.recent_tokens, **self.options}
 

@@ -27,6 +27,14 @@ MEAN_FILE = "key_mean_qqt_{mode}.pt"
 VALUE_TARGETS = ("surrogate", "softmax")
 
 
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class OSCAR(UniformKVQuantizer):
     name = "oscar"
 
@@ -69,6 +77,20 @@ class OSCAR(UniformKVQuantizer):
             self.key_means = load_key_means(folder / MEAN_FILE.format(mode=self.compose))
         self.artifact_dir = str(folder)
 
+    def artifacts(self) -> dict[str, str]:
+        """sha256 (16 hex) of each rotation file read by `prepare`, and of the calibration text when calibrated here."""
+        if not getattr(self, "artifact_dir", None):
+            return {}
+        digests = {name: file_digest(Path(self.artifact_dir) / name) for name in self._artifact_files()}
+        if not self.rotation_dir:
+            digests["calibration_text"] = text_digest(self._calibration_text())
+        return digests
+
+    def _calibration_text(self) -> str:
+        from harness.capture import calibration_text
+        cal = self.calibration
+        return calibration_text(cal.get("source", "essays"), cal.get("path"), dataset=cal.get("dataset"))
+
     def key_rotation(self, layer_idx: int):
         return self.rotations_k.get(layer_idx)
 
@@ -92,17 +114,21 @@ class OSCAR(UniformKVQuantizer):
         return files + [MEAN_FILE.format(mode=self.compose)] if self.center_keys else files
 
     def artifact_key(self, model) -> str:
-        """Hash of (model config + a weight fingerprint, calibration settings, rotation config)."""
+        """Hash of (model config + a weight fingerprint, calibration settings and text, rotation config).
+
+        The text's digest is part of the key, so editing a calibration file recalibrates instead of reusing
+        rotations fitted on its old content."""
         first_q = next(m for m in model.modules() if hasattr(m, "q_proj")).q_proj.weight
         blob = json.dumps({"config": model.config.to_json_string(use_diff=False),
                            "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
+                           "text": text_digest(self._calibration_text()),
                            "compose": self.compose, "value_target": self.value_target}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def calibrate(self, model, tokenizer, folder: Path) -> None:
-        from harness.capture import calibration_text, capture_activations
+        from harness.capture import capture_activations
         cal = self.calibration
-        text = calibration_text(cal.get("source", "essays"), cal.get("path"), dataset=cal.get("dataset"))
+        text = self._calibration_text()
         captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),
                                        int(cal.get("seq_len", 2048)))
         rot_k, eig_k, rot_v, eig_v, means = {}, {}, {}, {}, {}

@@ -2,6 +2,7 @@
 
 Layout under `results_dir`:
     rows/<task>/<cell>.jsonl       one JSON row per metric: model quantizer task ctx seed metric value + provenance
+                                   (the resolved cell settings, artifact digests, how it ran, git commit and dirty flag)
     records/<task>/<cell>.jsonl    per-example outputs and scores (the audit trail of a score)
 `<cell>` is a hash of the config that defines the cell, so a sweep re-run skips what exists and
 retries cells whose rows say status=error.
@@ -80,14 +81,17 @@ class CellRecorder:
 
     def __init__(self, results_dir, cell_key: dict, cell_config: dict, environment=dict):
         self.results_dir, self.key = results_dir, cell_key
-        self.cell = cell_hash(cell_config)
+        self.cell, self.config = cell_hash(cell_config), cell_config
+        self.artifacts: dict = {}        # digest of each file the cell was built from (rotations, calibration text)
         self.environment = environment   # () -> {"versions", "device", "peak_mem_mb"}: measured by the caller
         self.started = time.time()
         self.run: dict = {}       # how the cell ran (kernel path, decode path per batch): provenance, not identity
 
     def _row(self, metric: str, value, status: str, error: str = "") -> dict:
+        sha = git_sha()
         return {**self.key, "metric": metric, "value": value, "status": status, "error": error,
-                "cell": self.cell, "config_hash": self.cell, "git_sha": git_sha(), **self.environment(),
+                "cell": self.cell, "config_hash": self.cell, "config": self.config, "artifacts": self.artifacts,
+                "git_sha": sha, "git_dirty": sha.endswith("-dirty"), **self.environment(),
                 "wall_time_s": round(time.time() - self.started, 2),
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "run": self.run}
 
