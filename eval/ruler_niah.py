@@ -79,11 +79,12 @@ def _distinct(make, rng: random.Random, count: int) -> list[str]:
 
 
 def _place_needles(variant: NiahVariant, size: int, needles: list[str], keys: list[str],
-                   rng: random.Random, essay_dir: str | None) -> tuple[str, list[float]]:
+                   rng: random.Random, words: tuple[str, ...] | None) -> tuple[str, list[float]]:
     """Build the haystack of `size` units with the needles inside; return (context, depth % per needle)."""
     type_v = variant.value_type
     if variant.haystack == "essay":
-        sentences = ruler_data.split_sentences(ruler_data.essay_text(ruler_data.essay_words(essay_dir), size))
+        corpus = words if words is not None else ruler_data.essay_words()
+        sentences = ruler_data.split_sentences(ruler_data.essay_text(corpus, size))
         depths = sorted(rng.sample(ruler_data.DEPTHS, len(needles)))
         return ruler_data.insert_at_depths(sentences, needles, depths), [float(d) for d in depths]
     if variant.haystack == "noise":
@@ -101,7 +102,7 @@ def _query_text(query_keys: list[str]) -> str:
     return query_keys[0] if len(query_keys) == 1 else ", ".join(query_keys[:-1]) + ", and " + query_keys[-1]
 
 
-def make_sample(variant: NiahVariant, size: int, sample_seed: str, essay_dir: str | None = None) -> NiahSample:
+def make_sample(variant: NiahVariant, size: int, sample_seed: str, words: tuple[str, ...] | None = None) -> NiahSample:
     """Generate one sample with a haystack of `size` words (essay) or lines (noise/needle).
 
     The same `sample_seed` gives the same keys, values and query at every size, so a sample can be
@@ -115,7 +116,7 @@ def make_sample(variant: NiahVariant, size: int, sample_seed: str, essay_dir: st
     rng.shuffle(pairs)
     needle_texts = [ruler_data.NEEDLE_TEMPLATE.format(type_needle_v=variant.value_type, key=k, value=v)
                     for k, v in pairs]
-    context, depths = _place_needles(variant, size, needle_texts, keys, rng, essay_dir)
+    context, depths = _place_needles(variant, size, needle_texts, keys, rng, words)
     query_idx = rng.sample(range(num_keys), variant.num_queries)
     query_keys = [keys[i] for i in query_idx]
     template, prefix, type_v = TEMPLATE, ANSWER_PREFIX, variant.value_type
@@ -169,15 +170,15 @@ class _Fitter:
     """Builds prompts of one variant and checks them against ctx - max_new_tokens."""
 
     def __init__(self, tokenizer, variant: NiahVariant, ctx: int, max_new_tokens: int, chat: bool,
-                 essay_dir: str | None):
-        self.tokenizer, self.variant, self.chat, self.essay_dir = tokenizer, variant, chat, essay_dir
+                 words: tuple[str, ...]):
+        self.tokenizer, self.variant, self.chat, self.words = tokenizer, variant, chat, words
         self.budget = ctx - max_new_tokens
         self.step = size_step(variant, ctx)
         num_needles = max(variant.num_keys, variant.num_queries) * variant.num_values
         self.smallest = 1 if variant.haystack == "essay" else num_needles     # line haystacks need a slot each
 
     def build(self, size: int, sample_seed: str) -> tuple[NiahSample, str, int]:
-        sample = make_sample(self.variant, size, sample_seed, self.essay_dir)
+        sample = make_sample(self.variant, size, sample_seed, self.words)
         prompt = render_prompt(self.tokenizer, sample, self.chat)
         return sample, prompt, count_tokens(self.tokenizer, prompt)
 
@@ -205,8 +206,13 @@ class _Fitter:
 
 # ----------------------------------------------------------------------------- task interface
 def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, variants: list[str] | None = None,
-                   max_new_tokens: int = 128, essay_dir: str | None = None) -> list[Example]:
-    """`n` fitted samples per variant (default: all eight), deterministic for `seed`."""
+                   max_new_tokens: int = 128, essay_dir: str | None = None,
+                   essays: str = "heldout") -> list[Example]:
+    """`n` fitted samples per variant (default: all eight), deterministic for `seed`.
+
+    Essay haystacks come from `essay_dir` (every .txt there) or the offline Paul Graham essays: `essays=heldout`
+    (default) takes only those outside OSCAR's calibration split, `all` every essay as RULER does (that
+    overlaps the default calibration text; the cell's settings record the choice)."""
     names = list(variants) if variants else list(VARIANTS)
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
@@ -214,7 +220,7 @@ def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, v
     examples = []
     for name in names:
         variant = VARIANTS[name]
-        fitter = _Fitter(tokenizer, variant, ctx, max_new_tokens, chat, essay_dir)
+        fitter = _Fitter(tokenizer, variant, ctx, max_new_tokens, chat, ruler_data.essay_words(essay_dir, essays))
         size = fitter.search_size(f"{seed}/{name}/0")
         for index in range(n):
             sample, prompt, tokens, used = fitter.fit_sample(size, f"{seed}/{name}/{index}")

@@ -158,3 +158,24 @@ def test_aggregate_is_per_variant_x100_and_unweighted_mean():
 def test_regex_sentence_split():
     text = 'He said "stop." Then left! Did he? Yes. e.g.no split'
     assert ruler_data.split_sentences(text) == ['He said "stop."', "Then left!", "Did he?", "Yes.", "e.g.no split"]
+
+
+def _shingles(words, n=12):
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def test_no_calibration_passage_appears_in_any_essay_haystack():
+    """OSCAR's default calibration text (the essays' calibration split) and RULER's haystacks are disjoint.
+
+    A passage is a 12-word shingle of the calibration text that the held-out essays do not also contain (the
+    essays share boilerplate such as "Want to start a startup? Get funded by Y Combinator.")."""
+    from harness.capture import calibration_text
+    heldout = ruler_data.essay_words()
+    calibration = _shingles(calibration_text("essays").split()) - _shingles(list(heldout) + list(heldout[:11]))
+    essay_variants = [v for v in ruler_niah.VARIANTS.values() if v.haystack == "essay"]
+    assert essay_variants
+    for variant in essay_variants:       # a haystack larger than the held-out essays (they are cycled)
+        sample = ruler_niah.make_sample(variant, len(heldout) + 5000, "disjoint")
+        assert not _shingles(sample.task_input.split()) & calibration, variant
+    everything = ruler_data.essay_words(None, "all")      # RULER's own choice overlaps: the check can fail
+    assert _shingles(list(everything[:20000])) & calibration
