@@ -106,3 +106,7 @@ class Fidelity(Task):
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
         return evaluate(loaded, seam, self.cfg, ctx, seed)
+
+    def bits_per_element(self, quantizer, ctx):
+        """Fidelity quantizes every captured token (no full-precision windows): the history's own bits."""
+        return quantizer.quantized_bits() if quantizer.stores_codes else 16.0

@@ -147,5 +147,5 @@ def execute(plan: CellPlan, device: str, recorder):
                                          static_decode=static_decode, paths=paths)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
                         "static_decode": static_decode, "decode_batches": paths}
-    metrics["bits_per_element"] = plan.quantizer.bits_per_element(cfg.ctx.tokens)
+    metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
     return metrics, records

@@ -52,6 +52,10 @@ class Task:
         """(metrics, per-example records) of the model behind `seam` at context `ctx`."""
         raise NotImplementedError
 
+    def bits_per_element(self, quantizer, ctx: int) -> float:
+        """The stored bits per K/V element of what this task measured (the row's `bits_per_element`)."""
+        return quantizer.bits_per_element(ctx)
+
 
 class GenerationTask(Task):
     """Build prompts, generate through the seam's cache, score each output, aggregate."""

@@ -140,7 +140,7 @@ def accuracy_vs_bpe(summary: Summary, out_dir: Path) -> list[Path]:
             metric, label = HEADLINE_METRICS[task]
             points = []
             for q in summary.quantizers(model, {task}, ctx):
-                score, bpe = summary.get(model, q, task, ctx, metric), summary.bpe(model, q, ctx)
+                score, bpe = summary.get(model, q, task, ctx, metric), summary.bpe(model, q, ctx, {task})
                 if score and bpe:
                     drawn.add(q)
                     points.append((bpe.mean, score.mean))

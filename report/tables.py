@@ -105,10 +105,11 @@ class Summary:
     def metrics(self, model: str, task: str) -> list[str]:
         return sorted({k[4] for k in self.stats if k[0] == model and k[2] == task})
 
-    def bpe(self, model: str, quantizer: str, ctx: str) -> Stat | None:
-        """Bits per element of a quantizer at a context: the mean over every task that recorded it."""
-        means = [s.mean for (m, q, _, c, metric), s in self.stats.items()
-                 if (m, q, c, metric) == (model, quantizer, ctx, BPE_METRIC)]
+    def bpe(self, model: str, quantizer: str, ctx: str, tasks) -> Stat | None:
+        """Bits per element of a quantizer at a context, as recorded by `tasks` (fidelity quantizes every
+        token, a generation task keeps the full-precision windows): the mean over those tasks."""
+        means = [s.mean for (m, q, t, c, metric), s in self.stats.items()
+                 if (m, q, c, metric) == (model, quantizer, ctx, BPE_METRIC) and t in tasks]
         return Stat(sum(means) / len(means), math.nan, 1) if means else None
 
 
@@ -161,7 +162,7 @@ def main_block(summary: Summary, model: str, tasks: list[str]) -> Block:
         for quantizer in summary.quantizers(model, tasks, ctx):
             scores = [summary.get(model, quantizer, t, ctx, HEADLINE_METRICS[t][0]) for t in tasks]
             row_mean = mean_or_none([s.mean if s else None for s in scores])
-            rows.append([ctx, quantizer_label(quantizer), format_stat(summary.bpe(model, quantizer, ctx)),
+            rows.append([ctx, quantizer_label(quantizer), format_stat(summary.bpe(model, quantizer, ctx, tasks)),
                          *map(format_stat, scores), MISSING if row_mean is None else f"{row_mean:.2f}",
                          drop_cell(quantizer, row_mean, ref_mean)])
     return Block(model, columns, rows)
@@ -214,7 +215,7 @@ def fidelity_table(summary: Summary) -> Table:
     """Mean-over-layers K/V reconstruction and attention errors, one block per model."""
     blocks = []
     for model in summary.models({"fidelity"}):
-        rows = [[ctx, quantizer_label(q), format_stat(summary.bpe(model, q, ctx)),
+        rows = [[ctx, quantizer_label(q), format_stat(summary.bpe(model, q, ctx, {"fidelity"})),
                  *(format_stat(summary.get(model, q, "fidelity", ctx, m), ".3g") for m in FIDELITY_METRICS)]
                 for ctx in summary.ctxs(model, {"fidelity"}) for q in summary.quantizers(model, {"fidelity"}, ctx)]
         blocks.append(Block(model, ["Ctx", "Method", "BPE", *FIDELITY_METRICS.values()], rows))

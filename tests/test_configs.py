@@ -41,3 +41,10 @@ def test_debug_tiny_shrinks_the_run(composer):
 def test_ctx_group_has_token_counts(composer):
     expected = {"4k": 4096, "8k": 8192, "16k": 16384, "32k": 32768, "64k": 65536, "128k": 131072}
     assert {c: composer([f"ctx={c}"]).ctx.tokens for c in expected} == expected
+
+
+def test_debug_and_experiment_override_the_primary_config(composer):
+    """debug=tiny writes into its own store, never the committed results/ (config.yaml's values come first)."""
+    assert composer(["debug=tiny"]).results_dir == "outputs/debug_results"
+    assert composer([]).results_dir == "results"
+    assert composer(["debug=tiny", "results_dir=/tmp/x"]).results_dir == "/tmp/x"

@@ -74,3 +74,15 @@ def test_capture_with_folded_values_sees_the_stock_activations(tiny, tmp_path, m
     last = max(stock)
     assert last >= 1
     torch.testing.assert_close(torch.cat(folded[last].k), torch.cat(stock[last].k), rtol=1e-4, atol=1e-4)
+
+
+def test_fidelity_bpe_is_that_of_what_it_quantized(tmp_path, monkeypatch):
+    """Fidelity quantizes every token, so its BPE excludes the full-precision windows the cache would keep."""
+    from harness.quantizer import build_quantizer
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
+    kivi = fidelity_rows("kivi2", tmp_path)
+    quantizer = build_quantizer("kivi2")
+    quantizer.check(type("Config", (), {"head_dim": 64, "hidden_size": 64, "num_attention_heads": 4})())
+    assert kivi["bits_per_element"] == pytest.approx(quantizer.quantized_bits())
+    assert kivi["bits_per_element"] < quantizer.bits_per_element(4096)     # the windowed (cache) BPE is larger
+    assert fidelity_rows("bf16", tmp_path)["bits_per_element"] == 16.0
