@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
-from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
+from kernels.decode.reference import decode_attention_reference  # noqa: E402
+from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128

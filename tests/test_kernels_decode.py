@@ -20,7 +20,8 @@ import pytest  # noqa: E402
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
-from kernels.reference import decode_attention_reference, quantize_pack_reference  # noqa: E402
+from kernels.decode.reference import decode_attention_reference  # noqa: E402
+from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
 

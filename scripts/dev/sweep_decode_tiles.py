@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import HEAD_DIM, KV_HEADS, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
-from kernels.reference import decode_attention_reference  # noqa: E402
+from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
 GRID = [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": False, "block_n": 128, "maxnreg": None},

@@ -1,0 +1,31 @@
+"""Stage 1 over the full-precision segment (BF16 sink + recent rows), causal for the new query tokens."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.decode.common import _softmax_step, _store_lse
+
+@triton.jit
+def _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr, fv_ptr, start, end, limit, stride_fn,
+              part_o_ptr, part_lse_ptr, slot, D: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr):
+    """Online softmax over fp-segment tokens [start, end); row r sees positions < limit[r]."""
+    d = tl.arange(0, D)
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
+    q = (q.to(tl.float32) * qk_scale).to(dtype)                                    # [BLOCK_R, D]
+    m_i = tl.full(row_ok.shape, float("-inf"), tl.float32)
+    l_i = tl.zeros(row_ok.shape, tl.float32)
+    acc = tl.zeros((row_ok.shape[0], D), tl.float32)
+    for n0 in range(start, end, BLOCK_F):
+        offs_n = n0 + tl.arange(0, BLOCK_F)
+        mask_n = offs_n < end
+        ptrs = offs_n[:, None] * stride_fn + d[None, :]                           # [BLOCK_F, D]
+        k = tl.load(fk_ptr + ptrs, mask=mask_n[:, None], other=0.0).to(tl.float32).to(dtype)
+        visible = mask_n[None, :] & (offs_n[None, :] < limit[:, None])
+        qk = tl.where(visible, tl.dot(q, tl.trans(k)), float("-inf"))
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i)
+        v = tl.load(fv_ptr + ptrs, mask=mask_n[:, None], other=0.0).to(tl.float32).to(dtype)
+        acc = tl.dot(p.to(dtype), v, acc * alpha[:, None])
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
+    tl.store(part_o_ptr + slot[:, None] * D + d[None, :], acc / l_safe[:, None], mask=row_ok[:, None])

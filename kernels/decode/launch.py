@@ -1,0 +1,177 @@
+"""Launch parameters (DecodeConfig and the per-shape defaults), split counts, input checks, and
+`decode_attention`, which launches stage 1 and the stage-2 merge."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import triton
+
+from kernels.decode.common import CHANNEL, HEAD_DIMS, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS
+from kernels.decode.merge import _decode_stage2_kernel
+from kernels.decode.reference import check_decode_inputs
+from kernels.decode.stage1 import _decode_stage1_kernel
+from kernels.dispatch import interpreter_forced
+from kernels.format import QuantSpec
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tile sizes and launch parameters of stage 1."""
+
+    block_n: int = 128        # history tokens per tile
+    block_f: int = 64         # fp-segment tokens per tile
+    num_warps: int = 4
+    num_stages: int = 3
+    programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it for larger batches)
+    min_split_tiles: int = 4  # never split below this many tiles per program
+    maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
+    asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
+    merge_block: int = 16     # splits merged per iteration of stage 2
+    warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
+
+
+def is_small_grid(units: int, sms: int) -> bool:
+    """At most one (sequence, KV head) unit per 8 SMs (batch 1-2 at 8 KV heads on an H100): `default_config`'s
+    small_grid tiles (at batch 8 they were slower than the large-grid ones, sweep_decode_splits.md)."""
+    return units <= sms // 8
+
+
+def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single_group: bool = True) -> DecodeConfig:
+    """Fixed heuristic table (no autotune: it does not run under the interpreter).
+
+    single_group: both K and V are single-group token layouts (`single_group_layouts`), the ones warp tiles
+    serve. Other layouts (KIVI's per-channel keys, grouped INT4) take the row-major loop, whose large-grid tile
+    stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline buffers need
+    323 KB of shared memory at head_dim 128 (H100: 227 KB).
+
+    small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
+    128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
+    3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
+    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Warp tiles beat the row-major loop
+    everywhere on single-group layouts once the values became the MMA's A operand: 9 % less time at batch 1 /
+    128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
+    There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
+    1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier). asm_unpack (inline
+    PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair itself; 0-3 %
+    slower in the final sweep): off for those, kept in the large-grid row-major tile of the other layouts.
+    """
+    if not on_gpu:
+        return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
+    if head_dim > 128:
+        return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
+    if small_grid:
+        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
+                            programs_per_sm=4, warp_tiles=True)
+    if not single_group:
+        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
+    return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
+                        warp_tiles=True)
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _split_target(cfg: DecodeConfig, units: int, device: torch.device) -> int:
+    """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs
+    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes)."""
+    sms = _sm_count(device.index or 0)
+    per_sm = cfg.programs_per_sm if units < sms else max(1, cfg.programs_per_sm // 2)
+    return per_sm * sms
+
+
+def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int) -> int:
+    """Splits per (sequence, KV head): enough programs for the target, at least min_tiles tiles each."""
+    if tokens == 0:
+        return 0
+    most = triton.cdiv(tokens, block * min_tiles)
+    return max(1, min(triton.cdiv(target_programs, units), most))
+
+
+def _layout(spec: QuantSpec, head_dim: int) -> int:
+    if spec.axis == "channel":
+        return CHANNEL
+    return TOKEN if spec.group == head_dim else TOKEN_GROUPED
+
+
+def single_group_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """K and V both hold one (scale, zero) per token and head: the layouts warp tiles serve."""
+    return _layout(k_spec, head_dim) == TOKEN == _layout(v_spec, head_dim)
+
+
+def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """DecodeConfig.warp_tiles applies to single-group token layouts with >= 16 tokens per warp and tile (the
+    MMA's M for the scores, its K for the values); other launches take the row-major history loop."""
+    return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and single_group_layouts(k_spec, v_spec, head_dim)
+
+
+def _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero) -> None:
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}.")
+    rows = (q.shape[1] // fp_k.shape[1]) * q.shape[2]
+    if rows > MAX_ROWS:
+        raise ValueError(f"GQA group x T_q = {rows} query rows per KV head exceeds {MAX_ROWS}.")
+    for name, spec in (("k", k_spec), ("v", v_spec)):
+        if spec.container_bits not in (2, 4, 8):
+            raise ValueError(f"{name}_spec: unsupported bits {spec.bits}.")
+        if spec.axis == "token" and spec.group & (spec.group - 1):
+            raise ValueError(f"{name}_spec: token-axis group must be a power of two, got {spec.group}.")
+    if any(t.device != q.device for t in tensors):
+        raise ValueError("all decode inputs must be on the same device as q.")
+    if any(t.dim() and t.stride(-1) != 1 for t in tensors):
+        raise ValueError("every decode input must be contiguous in its last dim.")
+    if k_scale.stride() != k_zero.stride() or v_scale.stride() != v_zero.stride() or fp_k.stride() != fp_v.stride():
+        raise ValueError("scale/zero pairs and fp_k/fp_v must share strides.")
+
+
+def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+                     hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec: QuantSpec,
+                     v_spec: QuantSpec, num_splits: int | None = None,
+                     config: DecodeConfig | None = None) -> torch.Tensor:
+    """Triton version of `decode_attention_reference` (same arguments and result) -> [B, H_q, T_q, D].
+
+    num_splits: history splits per (sequence, KV head); default fills the GPU (`DecodeConfig`).
+    """
+    tensors = (q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+               hist_len, fp_len, hist_start, fp_start)
+    check_decode_inputs(*tensors, k_spec, v_spec)
+    _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero)
+    batch, q_heads, q_tokens, head_dim = q.shape
+    kv_heads, n_hist, n_fp = fp_k.shape[1], k_codes.shape[2], fp_k.shape[2]
+    group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
+    n_rows = group * q_tokens
+    small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
+    cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim))
+    target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
+    hist_splits = num_splits if num_splits is not None and n_hist else \
+        _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)
+    fp_splits = _num_splits(batch * kv_heads, n_fp, cfg.block_f, target, cfg.min_split_tiles)
+    n_splits = hist_splits + fp_splits
+    out = q.new_empty(batch, q_heads, q_tokens, head_dim)
+    if n_splits == 0 or out.numel() == 0:
+        return out.zero_()
+    warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
+    row_block = WARP_TILE_ROWS if warp_tiles and n_rows <= WARP_TILE_ROWS else ROW_BLOCK
+    part_o = q.new_empty(batch * kv_heads, n_splits, n_rows, head_dim, dtype=torch.float32)
+    part_lse = q.new_empty(batch * kv_heads, n_splits, n_rows, dtype=torch.float32)
+    _decode_stage1_kernel[(n_splits, batch * kv_heads, triton.cdiv(n_rows, row_block))](
+        q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+        hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
+        sm_scale * LOG2E, kv_heads, q_tokens, n_rows, hist_splits, fp_splits,
+        *q.stride()[:3], *k_codes.stride()[:3], *k_scale.stride()[:3],
+        *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
+        GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
+        K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
+        K_GROUP=k_spec.group, V_GROUP=v_spec.group,
+        WARP_TILES=warp_tiles, WARPS=cfg.num_warps, BLOCK_R=row_block, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
+        FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
+    )
+    _decode_stage2_kernel[(batch * kv_heads, n_rows)](
+        part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
+        GROUP=group, D=head_dim, BLOCK_S=cfg.merge_block, num_warps=4,
+    )
+    return out
