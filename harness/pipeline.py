@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from harness.environment import environment
-from harness.quantizer import locate, quantizer_from_config
+from harness.quantizer import instantiate, quantizer_from_config
 
 
 class CellError(ValueError):
@@ -64,12 +64,8 @@ def _settings(node: DictConfig) -> dict:
 
 def build_task(task_cfg: DictConfig):
     """The task object its config's `_target_` names, built from the other keys."""
-    options = OmegaConf.to_container(task_cfg, resolve=True)
-    target = options.pop("_target_", None)
-    if not target:
-        raise CellError(f"Task config '{task_cfg.get('name')}' has no _target_ naming its class.")
     try:
-        return locate(target, f"Task '{task_cfg.name}'")(**options)
+        return instantiate(OmegaConf.to_container(task_cfg, resolve=True), "Task")
     except ValueError as err:
         raise CellError(str(err)) from None
 

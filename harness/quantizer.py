@@ -1,10 +1,11 @@
-"""The `KVQuantizer` interface and the lazy registry of quantizers.
+"""The `KVQuantizer` interface, and building a quantizer (or any class) from a config's `_target_`.
 
 A quantizer is data plus small functions: how K and V are stored (a `QuantSpec` each, or None for
 full precision), the full-precision window sizes (sink / recent / demotion page), optional
 rotations (R_K applied to q and k after RoPE; R_V folded into v_proj and undone on the attention
 output), and `bits_per_element(ctx)`. The cache (harness/cache.py) and the seam (harness/seam.py) are
-shared by every quantizer, so a new method is one small module plus one YAML.
+shared by every quantizer, so a new method is one small module plus one YAML. The registry is the
+folder configs/quantizer: each YAML names its class with `_target_` and gives its options.
 """
 from __future__ import annotations
 
@@ -97,13 +98,19 @@ def locate(target: str, what: str) -> type:
         raise ValueError(f"{what} names _target_ '{target}', which cannot be imported ({err}).") from None
 
 
-def quantizer_from_config(options: dict) -> KVQuantizer:
-    """Instantiate the quantizer a config node describes: its `_target_` class with the other keys as options."""
+def instantiate(options: dict, what: str):
+    """The `_target_` class of a config node (a plain dict) built with the node's other keys; ValueError in one
+    sentence when the target is missing or cannot be imported."""
     options = dict(options)
     target = options.pop("_target_", None)
     if not target:
-        raise ValueError(f"Quantizer config '{options.get('name')}' has no _target_ naming its class.")
-    return locate(target, f"Quantizer '{options.get('name')}'")(**options)
+        raise ValueError(f"{what} config '{options.get('name')}' has no _target_ naming its class.")
+    return locate(target, f"{what} '{options.get('name')}'")(**options)
+
+
+def quantizer_from_config(options: dict) -> KVQuantizer:
+    """Instantiate the quantizer a config node describes: its `_target_` class with the other keys as options."""
+    return instantiate(options, "Quantizer")
 
 
 def build_quantizer(name: str, **overrides) -> KVQuantizer:

@@ -19,6 +19,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from harness.cache import KVView, ThreeRegionLayer
+from harness.quantizer import KVQuantizer
 
 ATTN_NAME = "kvq"
 WINDOWED_PREFILL = True   # sliding-window layers prefill in window-sized query chunks (windowed_sdpa); False: one masked SDPA
@@ -130,7 +131,6 @@ def fold_value_rotation(module, rotation: torch.Tensor, runtime_dtype: str = "fl
 
 def overrides_storage_hooks(quantizer) -> bool:
     """Whether the quantizer replaces KVQuantizer.quantize / dequantize (the kernels implement only the stock ones)."""
-    from harness.quantizer import KVQuantizer
     cls = type(quantizer)
     return cls.quantize is not KVQuantizer.quantize or cls.dequantize is not KVQuantizer.dequantize
 

@@ -51,6 +51,7 @@ class OSCAR(UniformKVQuantizer):
         self.rotations_k: dict[int, torch.Tensor] = {}
         self.rotations_v: dict[int, torch.Tensor] = {}
         self.key_means: dict[int, torch.Tensor] = {}
+        self.calibration_digest: str | None = None   # set by prepare when it calibrates (not with rotation_dir)
         self._check_rotation_dir()
 
     def _check_rotation_dir(self) -> None:
@@ -70,7 +71,12 @@ class OSCAR(UniformKVQuantizer):
             raise ValueError(f"oscar needs a power-of-two head_dim for its Hadamard, got {self.head_dim}.")
 
     def prepare(self, model, tokenizer) -> None:
-        folder = Path(self.rotation_dir) if self.rotation_dir else self._calibrated_dir(model, tokenizer)
+        if self.rotation_dir:
+            folder = Path(self.rotation_dir)
+        else:
+            text = self._calibration_text()          # read and hashed once: it keys the cache and the rows
+            self.calibration_digest = text_digest(text)
+            folder = self._calibrated_dir(model, tokenizer, text)
         self.rotations_k = load_rotations(folder / K_FILE.format(mode=self.compose))
         self.rotations_v = load_rotations(folder / V_FILE.format(mode=self.compose))
         if self.center_keys:
@@ -82,8 +88,8 @@ class OSCAR(UniformKVQuantizer):
         if not getattr(self, "artifact_dir", None):
             return {}
         digests = {name: file_digest(Path(self.artifact_dir) / name) for name in self._artifact_files()}
-        if not self.rotation_dir:
-            digests["calibration_text"] = text_digest(self._calibration_text())
+        if self.calibration_digest:
+            digests["calibration_text"] = self.calibration_digest
         return digests
 
     def _calibration_text(self) -> str:
@@ -101,11 +107,11 @@ class OSCAR(UniformKVQuantizer):
         return self.key_means.get(layer_idx) if self.center_keys else None
 
     # ---------------------------------------------------------------- calibration
-    def _calibrated_dir(self, model, tokenizer) -> Path:
+    def _calibrated_dir(self, model, tokenizer, text: str) -> Path:
         from harness.models import cache_root
         folder = cache_root() / "rotations" / self.artifact_key(model)
         if not all((folder / name).exists() for name in self._artifact_files()):
-            self.calibrate(model, tokenizer, folder)
+            self.calibrate(model, tokenizer, folder, text)
         return folder
 
     def _artifact_files(self) -> list[str]:
@@ -121,14 +127,13 @@ class OSCAR(UniformKVQuantizer):
         first_q = next(m for m in model.modules() if hasattr(m, "q_proj")).q_proj.weight
         blob = json.dumps({"config": model.config.to_json_string(use_diff=False),
                            "weights": float(first_q.detach().double().sum()), "calibration": self.calibration,
-                           "text": text_digest(self._calibration_text()),
+                           "text": self.calibration_digest,
                            "compose": self.compose, "value_target": self.value_target}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def calibrate(self, model, tokenizer, folder: Path) -> None:
+    def calibrate(self, model, tokenizer, folder: Path, text: str) -> None:
         from harness.capture import capture_activations
         cal = self.calibration
-        text = self._calibration_text()
         captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),
                                        int(cal.get("seq_len", 2048)))
         rot_k, eig_k, rot_v, eig_v, means = {}, {}, {}, {}, {}

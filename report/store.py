@@ -87,23 +87,26 @@ class CellRecorder:
         self.started = time.time()
         self.run: dict = {}       # how the cell ran (kernel path, decode path per batch): provenance, not identity
 
-    def _row(self, metric: str, value, status: str, error: str = "") -> dict:
+    def _provenance(self) -> dict:
+        """The fields every row of one write shares (git and the machine are asked once, not per metric)."""
         sha = git_sha()
-        return {**self.key, "metric": metric, "value": value, "status": status, "error": error,
-                "cell": self.cell, "config_hash": self.cell, "config": self.config, "artifacts": self.artifacts,
+        return {"cell": self.cell, "config_hash": self.cell, "config": self.config, "artifacts": self.artifacts,
                 "git_sha": sha, "git_dirty": sha.endswith("-dirty"), **self.environment(),
                 "wall_time_s": round(time.time() - self.started, 2),
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "run": self.run}
 
     def write_ok(self, metrics: dict, records=()) -> list[dict]:
-        rows = [self._row(name, float(value), "ok") for name, value in metrics.items()]
+        shared = self._provenance()
+        rows = [{**self.key, "metric": name, "value": float(value), "status": "ok", "error": "", **shared}
+                for name, value in metrics.items()]
         if records:
             atomic_write_jsonl(records_path(self.results_dir, self.key["task"], self.cell), records)
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
         return rows
 
     def write_error(self, message: str) -> list[dict]:
-        rows = [self._row("error", float("nan"), "error", message)]
+        rows = [{**self.key, "metric": "error", "value": float("nan"), "status": "error", "error": message,
+                 **self._provenance()}]
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
         return rows
 
