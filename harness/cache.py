@@ -1,4 +1,4 @@
-"""The three-region KV cache: full-precision sink | quantized history | full-precision recent.
+"""The three-region KV cache: full-precision sink | quantized history | full-precision recent, per sequence.
 
 One `ThreeRegionLayer` per full-attention layer (sliding-window layers keep transformers' own
 full-precision `DynamicSlidingWindowLayer`: they hold at most `sliding_window` tokens).
@@ -11,6 +11,13 @@ Region sizes come from the quantizer (METHOD_OSCAR §7):
     of `page_tokens` (just before the next tokens are appended, so the tokens of the current step
     always attend to themselves unquantized); a prefill chunk demotes everything beyond the recent
     window at once and attends to its own rows in full precision.
+Regions are counted per sequence from its first real token, so a prompt gets the same sink, history,
+recent window and demotions alone as inside a left-padded batch (docs/architecture.md, "Batch invariance").
+Storage: each batch row of the full-precision buffers holds [unused | sink | recent], right-aligned (the
+decode kernel skips the unused rows through fp_start); each row of the packed history starts at index 0.
+The padding of each row is learnt from the first attention mask the seam hands over (`observe_padding`),
+so the first prefill chunk's demotion waits until then (`settle`; that chunk attends to itself in full
+precision anyway).
 `update()` returns a `KVView` that the seam's attention function reads.
 """
 from __future__ import annotations
@@ -19,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicLayer
+
+from harness.packed_history import PackedHistory
 
 KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel); longer chunks are prefill (reference)
 
@@ -33,105 +42,14 @@ class KVView:
     new_tokens: int                # tokens appended by this call (the queries)
 
 
-class PackedHistory:
-    """Quantized rows of one tensor (K or V) of one layer, in growable buffers along the token axis.
-
-    On the reference path a dequantized mirror is kept (each row is dequantized once, when it is
-    written); on the kernel path only the packed bytes exist and the decode kernel reads them.
-    """
-
-    def __init__(self, quantizer, spec, use_kernels: bool):
-        self.quantizer, self.spec, self.use_kernels = quantizer, spec, use_kernels
-        self.length = 0
-        self.head_dim = 0
-        self.buffers: dict[str, torch.Tensor] = {}   # codes/scale/zero, token-like axis at dim -2
-        self.used: dict[str, int] = {}
-        self._mirror: torch.Tensor | None = None      # [B, H_kv, N, D] reference-path mirror
-
-    def append(self, rows: torch.Tensor) -> None:
-        """Quantize and store `rows` [B, H_kv, n, D]."""
-        self.head_dim, self.dtype = rows.shape[-1], rows.dtype
-        if self.use_kernels:
-            from kernels.quant import quantize_pack
-            parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
-        else:
-            qt = self.quantizer.quantize(rows.float(), self.spec)
-            parts = {"codes": qt.codes, "scale": qt.scale, "zero": qt.zero}
-            deq = self.quantizer.dequantize(qt).to(rows.dtype)
-            self._mirror = deq if self._mirror is None else torch.cat([self._mirror, deq], dim=-2)
-        for key, part in parts.items():
-            self._push(key, part, rows.shape[-2])
-        self.length += rows.shape[-2]
-
-    def allocate(self, like: torch.Tensor, tokens: int) -> None:
-        """Make the buffers hold `tokens` rows of the shape of `like` [B, H_kv, *, D] (kept rows are copied).
-
-        Gives an empty history its (empty) operands for the decode kernel, and a frozen cache its fixed storage.
-        """
-        from kernels.quant import packed_shapes
-        self.head_dim, self.dtype = like.shape[-1], getattr(self, "dtype", like.dtype)
-        codes_shape, meta_shape = packed_shapes((*like.shape[:-2], tokens, like.shape[-1]), self.spec)
-        dtypes = {"codes": torch.uint8, "scale": self.spec.torch_scale_dtype, "zero": self.spec.torch_scale_dtype}
-        for key, shape in (("codes", codes_shape), ("scale", meta_shape), ("zero", meta_shape)):
-            used = self.used.get(key, 0)
-            buf = like.new_zeros(shape, dtype=dtypes[key])
-            if used:
-                buf[..., :used, :] = self.buffers[key][..., :used, :]
-            self.buffers[key], self.used[key] = buf, used
-
-    def reserve(self, tokens: int) -> None:
-        """Size the buffers for `tokens` rows when they are first created (no doubling slack, e.g. benchmarks)."""
-        self.reserved_tokens = tokens
-
-    @property
-    def dequantized(self) -> torch.Tensor:
-        """[B, H_kv, N, D] reconstruction (the mirror, or decoded from the packed bytes on the kernel path)."""
-        if self._mirror is not None:
-            return self._mirror
-        from kernels.format import QuantizedTensor
-        qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
-        return self.quantizer.dequantize(qt).to(self.dtype)
-
-    def _push(self, key: str, part: torch.Tensor, tokens: int) -> None:
-        buf, used, n = self.buffers.get(key), self.used.get(key, 0), part.shape[-2]
-        if buf is None or used + n > buf.shape[-2]:
-            reserved = getattr(self, "reserved_tokens", 0) * n // max(tokens, 1)   # rows of this tensor per token
-            capacity = max(reserved, used + n) if buf is None and reserved else max(2 * (used + n), 64)
-            grown = part.new_empty(*part.shape[:-2], capacity, part.shape[-1])
-            if buf is not None:
-                grown[..., :used, :] = buf[..., :used, :]
-            buf = self.buffers[key] = grown
-        buf[..., used:used + n, :] = part
-        self.used[key] = used + n
-
-    def view(self, key: str) -> torch.Tensor:
-        return self.buffers[key][..., : self.used[key], :]
-
-    def select_batch(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` [B'] (in that order, repeats allowed) of every buffer."""
-        self.buffers = {key: buf[index.to(buf.device)] for key, buf in self.buffers.items()}
-        if self._mirror is not None:
-            self._mirror = self._mirror[index.to(self._mirror.device)]
-
-    def nbytes(self) -> int:
-        return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers)
-
-
 def decode_demotion(n_recent: int, quantizer) -> int:
     """Recent rows to demote before a decode step: whole pages beyond the recent window (METHOD_OSCAR §7.3)."""
     excess = n_recent - quantizer.recent_tokens
     return max(0, excess // quantizer.page_tokens * quantizer.page_tokens)
 
 
-def region_starts(pad: torch.Tensor, n_sink: int, n_hist: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(history_start, fp_start) [B] int32 of sequences whose first visible position is `pad` [B]."""
-    hist_start = (pad - n_sink).clamp(0, n_hist)
-    fp_start = torch.where(pad <= n_sink, pad, n_sink + (pad - n_sink - n_hist).clamp_min(0))
-    return hist_start.to(torch.int32), fp_start.to(torch.int32)
-
-
 class ThreeRegionLayer(DynamicLayer):
-    """A full-attention cache layer laid out as sink | quantized history | recent."""
+    """A full-attention cache layer laid out as sink | quantized history | recent in every sequence."""
 
     is_sliding = False
 
@@ -141,7 +59,8 @@ class ThreeRegionLayer(DynamicLayer):
         self.use_kernels = use_kernels and quantizer.stores_codes
         self.step_memo = {} if step_memo is None else step_memo   # shared by a cache's layers (decode_lengths)
         self.n_tokens = 0
-        self.n_sink = 0
+        self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
+        self._pending = False                  # a prefill chunk's demotion waits for the padding
         self.history_k = self.history_v = None
         self.static = None            # a StaticState once `harness.static_cache.freeze` fixed the buffers
         r_k = quantizer.key_rotation(layer_idx)
@@ -173,18 +92,21 @@ class ThreeRegionLayer(DynamicLayer):
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
         decode = new <= KERNEL_MAX_QUERY_TOKENS
-        if decode:
+        if self.n_tokens:
+            self.settle()
+        if decode and self.pad is not None:
             self._demote(prefill=False)   # demote before appending: the new tokens attend to themselves unquantized
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         self.n_tokens += new
-        self._grow_sink()
         if not decode:
-            self._demote(prefill=True)
+            self._pending = True          # settled now if the padding is known, else once the seam saw the mask
+            if self.pad is not None:
+                self.settle()
         if self.use_kernels and decode:
             view = KVView(self, None, None, new)        # the decode kernel reads the packed storage
             return view, view
-        keys, values = self.materialize()
+        keys, values = self._materialize()
         keys[..., -new:, :] = key_states         # the current chunk attends to itself in full precision
         values[..., -new:, :] = value_states
         view = KVView(self, keys, values, new)
@@ -211,7 +133,7 @@ class ThreeRegionLayer(DynamicLayer):
                                   "that): its demoted tokens are quantized, so use num_beams / greedy / sampling.")
 
     def _select_batch(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` [B'] of the sink/recent rows and of the packed history."""
+        """Keep batch rows `index` [B'] of the sink/recent rows, of the packed history and of the padding."""
         if self.static is not None:
             raise NotImplementedError("A frozen (static) three-region cache cannot reorder or select its batch rows.")
         if not self.is_initialized:
@@ -221,15 +143,18 @@ class ThreeRegionLayer(DynamicLayer):
         for history in (self.history_k, self.history_v):
             if history is not None:
                 history.select_batch(index)
+        if self.pad is not None:
+            self.pad = [self.pad[i] for i in index.tolist()]
         self.step_memo.clear()
 
     def reset(self) -> None:
-        self.n_tokens = self.n_sink = 0
+        self.n_tokens = 0
+        self.pad, self._pending = None, False
         self.step_memo.clear()
         self.history_k = self.history_v = None
         super().reset()
 
-    # ---------------------------------------------------------------- regions
+    # ---------------------------------------------------------------- regions, per sequence
     def transform_keys(self, key_states: torch.Tensor) -> torch.Tensor:
         """k @ R_K - m (each part only if the quantizer has it) in the rotation dtype; [B, H_kv, T, D] in and out."""
         if self.key_rotation is None and self.key_offset is None:
@@ -241,55 +166,81 @@ class ThreeRegionLayer(DynamicLayer):
             keys = keys - self.key_offset
         return keys.to(key_states.dtype)
 
-    def _grow_sink(self) -> None:
-        sink = self.quantizer.sink_tokens
-        self.n_sink = self.n_tokens if sink is None else min(self.n_tokens, sink)
+    def observe_padding(self, attention_mask) -> None:
+        """Learn each sequence's left padding from the first mask the seam sees (bool [B, 1, T_q, T_kv] or None)."""
+        if self.pad is not None:
+            return
+        batch = self.keys.shape[0]
+        if attention_mask is None or attention_mask.dtype != torch.bool:
+            self.pad = [0] * batch
+        else:
+            self.pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).tolist()   # first visible position
+        self.settle()
+
+    @property
+    def fp_rows(self) -> int:
+        """Full-precision rows in use per batch row (a frozen cache's buffers hold more)."""
+        return self.static.n_fp if self.static is not None else self.keys.shape[-2]
+
+    def regions(self) -> tuple[list[int], list[int], list[int]]:
+        """(sink, history, recent) token counts of each sequence, from its first real token."""
+        sink_cap, pad = self.quantizer.sink_tokens, self.pad or [0] * self.keys.shape[0]
+        real = [self.n_tokens - p for p in pad]
+        sink = real if sink_cap is None else [min(n, sink_cap) for n in real]
+        hist = self.history_k.lengths if self.history_k is not None and self.history_k.lengths else [0] * len(pad)
+        return sink, list(hist), [n - s - h for n, s, h in zip(real, sink, hist)]
+
+    def fp_starts(self) -> list[int]:
+        """First full-precision row of each sequence's sink (the rows before it hold nothing)."""
+        sink, _, recent = self.regions()
+        return [self.fp_rows - s - r for s, r in zip(sink, recent)]
+
+    def settle(self) -> None:
+        """Demote what the last prefill chunk left beyond the recent window (a cache read or updated again
+        before any attention mask reached it, i.e. driven without the seam, is taken as unpadded)."""
+        if self._pending:
+            if self.pad is None:
+                self.pad = [0] * self.keys.shape[0]
+            self._pending = False
+            self._demote(prefill=True)
 
     def _demote(self, prefill: bool) -> None:
-        """Move the oldest recent tokens beyond the recent window into the quantized history."""
+        """Move each sequence's oldest recent tokens beyond its recent window into the quantized history."""
         if not self.quantizer.stores_codes:
             return
-        n_recent = self.keys.shape[-2] - self.n_sink
-        excess = n_recent - self.quantizer.recent_tokens
-        n_move = excess - excess % self._alignment() if prefill else decode_demotion(n_recent, self.quantizer)
-        if n_move <= 0:
-            return
-        lo, hi = self.n_sink, self.n_sink + n_move
-        self.history_k.append(self.keys[..., lo:hi, :])
-        self.history_v.append(self.values[..., lo:hi, :])
-        self.keys = torch.cat([self.keys[..., :lo, :], self.keys[..., hi:, :]], dim=-2)
-        self.values = torch.cat([self.values[..., :lo, :], self.values[..., hi:, :]], dim=-2)
+        _, _, recent = self.regions()
+        align, window = self._alignment(), self.quantizer.recent_tokens
+        if prefill:
+            counts = [max(0, r - window) // align * align for r in recent]
+        else:
+            counts = [decode_demotion(r, self.quantizer) for r in recent]
+        if max(counts) > 0:
+            trim = demote_rows(self, counts)
+            self.keys, self.values = self.keys[..., trim:, :], self.values[..., trim:, :]
 
     def _alignment(self) -> int:
         """Prefill demotes any count, except channel-axis (KIVI) keys, which need whole token groups."""
         spec = self.quantizer.key_spec
         return spec.group if getattr(spec, "axis", "token") == "channel" else 1
 
-    def sequence_starts(self, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padding offsets (history_start, fp_start) [B] int32 from a bool mask [B, 1, T_q, T_kv] or None."""
-        batch = self.keys.shape[0]
-        zeros = torch.zeros(batch, dtype=torch.int32, device=self.keys.device)
-        if attention_mask is None or attention_mask.dtype != torch.bool:
-            return zeros, zeros
-        pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).to(torch.int32)     # first visible position
-        return region_starts(pad, self.n_sink, self.history_length)
-
     def decode_lengths(self, attention_mask, device) -> tuple[torch.Tensor, ...]:
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
 
-        Every full-attention layer of a step has the same regions and gets the same mask object, so the
-        first layer builds these small tensors and the others reuse them (results/bench/step_ops.md).
+        Every full-attention layer of a step has the same regions, so the first layer builds these small
+        tensors and the others reuse them (results/bench/step_ops.md).
         """
         if self.static is not None:
             return self.static.lengths
+        self.observe_padding(attention_mask)
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
-        key = (self.n_tokens, self.n_sink, self.history_length, n_fp, batch, id(attention_mask), str(device))
+        _, hist, _ = self.regions()
+        key = (self.n_tokens, tuple(hist), tuple(self.pad), n_fp, batch, str(device))
         if self.step_memo.get("key") != key:
-            hist_start, fp_start = self.sequence_starts(attention_mask)
-            hist_len = torch.full((batch,), self.history_length, dtype=torch.int32, device=device)
+            hist_len = torch.tensor(hist, dtype=torch.int32, device=device)
             fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
-            # the mask is kept so that its id cannot be reused by another object while the key holds it
-            self.step_memo.update(key=key, mask=attention_mask, lengths=(hist_len, fp_len, hist_start, fp_start))
+            hist_start = torch.zeros(batch, dtype=torch.int32, device=device)
+            fp_start = torch.tensor(self.fp_starts(), dtype=torch.int32, device=device)
+            self.step_memo.update(key=key, lengths=(hist_len, fp_len, hist_start, fp_start))
         return self.step_memo["lengths"]
 
     def kernel_operands(self) -> tuple[torch.Tensor, ...]:
@@ -306,19 +257,64 @@ class ThreeRegionLayer(DynamicLayer):
 
     @property
     def history_length(self) -> int:
+        """Quantized tokens of the longest sequence."""
+        self.settle()
         return 0 if self.history_k is None else self.history_k.length
 
     def materialize(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Position-ordered [sink | dequantized history | recent] K and V, [B, H_kv, T, D]."""
-        if self.history_length == 0:
+        """Position-ordered [padding | sink | dequantized history | recent] K and V, [B, H_kv, n_tokens, D].
+
+        Padding positions hold zeros once a sequence's rows were rearranged (the attention mask hides them).
+        """
+        self.settle()
+        return self._materialize()
+
+    def _materialize(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.history_k is None or self.history_k.length == 0:
             return self.keys.clone(), self.values.clone()
-        s = self.n_sink
-        keys = torch.cat([self.keys[..., :s, :], self.history_k.dequantized, self.keys[..., s:, :]], dim=-2)
-        values = torch.cat([self.values[..., :s, :], self.history_v.dequantized, self.values[..., s:, :]], dim=-2)
-        return keys, values
+        return self._in_position_order(self.keys, self.history_k), self._in_position_order(self.values, self.history_v)
+
+    def _in_position_order(self, fp: torch.Tensor, history: PackedHistory) -> torch.Tensor:
+        """[B, H_kv, n_tokens, D] from the fp rows [B, H_kv, F, D] and the history of each sequence."""
+        sink, hist, recent = self.regions()
+        deq, starts = history.dequantized, self.fp_starts()              # deq: [B, H_kv, N, D]
+        rows = []
+        for b, (pad, s, h, r, f0) in enumerate(zip(self.pad, sink, hist, recent, starts)):
+            lead = fp.new_zeros(*fp.shape[1:-2], pad, fp.shape[-1])
+            rows.append(torch.cat([lead, fp[b, :, f0:f0 + s], deq[b, :, :h], fp[b, :, f0 + s:f0 + s + r]], dim=-2))
+        return torch.stack(rows)
 
     def nbytes(self) -> int:
         """Bytes held by this layer: full-precision rows plus packed history (codes and metadata)."""
         full = (self.keys.numel() + self.values.numel()) * self.keys.element_size() if self.is_initialized else 0
         packed = 0 if self.history_k is None else self.history_k.nbytes() + self.history_v.nbytes()
         return full + packed
+
+
+def demote_rows(layer: ThreeRegionLayer, counts: list[int]) -> int:
+    """Quantize counts[b] rows after sequence b's sink into its history and move its sink up behind them.
+
+    Works in place on the layer's fp rows [B, H_kv, F, D] (F = layer.fp_rows); returns how many leading
+    rows no sequence uses any more (the caller drops or shifts them out).
+    """
+    sink, _, recent = layer.regions()
+    n_fp, width = layer.fp_rows, max(counts)
+    first = [n_fp - r for r in recent]                                        # each sequence's oldest recent row
+    index = (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(n_fp - 1).to(layer.keys.device)
+    for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
+        gather = index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1])
+        history.append(rows.gather(2, gather), counts)                      # [B, H_kv, width, D]
+        _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
+    return min(f - s + c for f, s, c in zip(first, sink, counts))
+
+
+def _move_sinks(rows: torch.Tensor, starts: list[int], sink: list[int], counts: list[int]) -> None:
+    """Copy each sequence's sink rows [start, start + sink) up by counts[b] rows, in place."""
+    if len(set(zip(starts, sink, counts))) == 1:
+        start, s, c = starts[0], sink[0], counts[0]
+        if s and c:
+            rows[..., start + c:start + c + s, :] = rows[..., start:start + s, :].clone()
+        return
+    for b, (start, s, c) in enumerate(zip(starts, sink, counts)):
+        if s and c:
+            rows[b, :, start + c:start + c + s, :] = rows[b, :, start:start + s, :].clone()

@@ -40,6 +40,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     query: [B, H_q, T_q, D] post-RoPE. Returns ([B, T_q, H_q, D], None) like transformers' sdpa.
     """
     if isinstance(key, KVView):
+        key.layer.observe_padding(attention_mask)                                 # once: each sequence's padding
         if key.layer.key_rotation is not None:
             r_k = key.layer.key_rotation                                          # on the cache device, rotation dtype
             query = (query.to(r_k.dtype) @ r_k).to(query.dtype)

@@ -10,9 +10,9 @@ packed history sized for the whole generation, and puts the lengths the decode k
 tensors shared by all layers. A decode step then changes no shape, allocates nothing the kernels keep
 and reads no host state, so CUDA captures it once and replays it: the host cost of a step (about
 2,700 kernel launches for Qwen3-4B, results/bench/bench_throughput_profile.md) becomes one graph launch.
-Between replays, when the recent window has grown by a page, the oldest page is demoted into the
-history eagerly and in place, by the rule of the dynamic cache (`ThreeRegionLayer._demote`), so a
-frozen cache holds exactly the rows the dynamic one would.
+Between replays, when a sequence's recent window has grown by a page, its oldest page is demoted into
+its history eagerly and in place, by the rule of the dynamic cache (`ThreeRegionLayer._demote`, per
+sequence), so a frozen cache holds exactly the rows the dynamic one would.
 """
 from __future__ import annotations
 
@@ -21,30 +21,28 @@ import weakref
 
 import torch
 
-from harness.cache import KVView, ThreeRegionLayer, decode_demotion, region_starts
+from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows
 
 
 class StaticState:
     """Region lengths of a frozen cache: host ints (to plan demotions) mirrored by int32 device tensors.
 
     The layers point at this state (`layer.static`); it points back through weak proxies, so dropping the
-    cache frees its buffers without a garbage-collector pass.
+    cache frees its buffers without a garbage-collector pass. Every layer has the regions of the first.
     """
 
-    def __init__(self, layers: list[ThreeRegionLayer], pad: torch.Tensor, n_fp: int, max_new_tokens: int):
+    def __init__(self, layers: list[ThreeRegionLayer], n_fp: int, max_new_tokens: int):
         first = layers[0]
         self.layers = [weakref.proxy(layer) for layer in layers]
-        self.quantizer, self.pad = first.quantizer, pad                              # pad: [B] first visible position
-        self.n_sink, self.n_hist, self.n_tokens = first.n_sink, first.history_length, first.n_tokens
+        self.quantizer, self.n_tokens = first.quantizer, first.n_tokens
         self.n_fp = n_fp                                                             # fp rows in use (the buffers hold more)
         self.steps_left = max_new_tokens
-        batch, device = first.keys.shape[0], first.keys.device
-        self.hist_len = torch.full((batch,), self.n_hist, dtype=torch.int32, device=device)
-        self.fp_len = torch.full((batch,), self.n_fp, dtype=torch.int32, device=device)
-        self.hist_start = torch.zeros(batch, dtype=torch.int32, device=device)
-        self.fp_start = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.batch, device = first.keys.shape[0], first.keys.device
+        self.hist_len = torch.zeros(self.batch, dtype=torch.int32, device=device)
+        self.fp_len = torch.full((self.batch,), self.n_fp, dtype=torch.int32, device=device)
+        self.hist_start = torch.zeros(self.batch, dtype=torch.int32, device=device)
+        self.fp_start = torch.zeros(self.batch, dtype=torch.int32, device=device)
         self.write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)   # fp row of the newest token
-        self._set_starts()
 
     @property
     def lengths(self) -> tuple[torch.Tensor, ...]:
@@ -74,42 +72,45 @@ class StaticState:
             layer.n_tokens = self.n_tokens
 
     def before_step(self) -> None:
-        """Refuse a step beyond the frozen capacity; demote whole pages beyond the recent window (eager)."""
+        """Refuse a step beyond the frozen capacity; demote whole pages beyond each recent window (eager)."""
         if self.steps_left <= 0:
             raise ValueError("more decode steps than the max_new_tokens the cache was frozen for.")
-        moved = decode_demotion(self.n_fp - self.n_sink, self.quantizer)
-        if moved > 0:
-            for layer in self.layers:
-                demote_rows(layer, self.n_sink, self.n_fp, moved)
-            self.n_fp -= moved
-            self.n_hist += moved
-            self.fp_len.sub_(moved)
-            self.write_pos.sub_(moved)
-            self.hist_len.add_(moved)
-            self._set_starts()
+        _, _, recent = self.layers[0].regions()
+        counts = [decode_demotion(r, self.quantizer) for r in recent]
+        if max(counts) > 0:
+            trims = {demote_in_place(layer, counts) for layer in self.layers}
+            trim = trims.pop()
+            self.n_fp -= trim
+            self.fp_len.sub_(trim)
+            self.write_pos.sub_(trim)
+            self.sync_lengths()
 
-    def _set_starts(self) -> None:
-        hist_start, fp_start = region_starts(self.pad, self.n_sink, self.n_hist)
-        self.hist_start.copy_(hist_start)
-        self.fp_start.copy_(fp_start)
+    def sync_lengths(self) -> None:
+        """Copy the host's per-sequence history lengths and fp starts to the device tensors."""
+        first = self.layers[0]
+        _, hist, _ = first.regions()
+        self.hist_len.copy_(torch.tensor(hist, dtype=torch.int32))
+        self.fp_start.copy_(torch.tensor(first.fp_starts(), dtype=torch.int32))
 
 
-def demote_rows(layer: ThreeRegionLayer, n_sink: int, n_fp: int, moved: int) -> None:
-    """Quantize fp rows [n_sink, n_sink + moved) into the history and shift the later rows down, in place."""
-    lo, hi = n_sink, n_sink + moved
+def demote_in_place(layer: ThreeRegionLayer, counts: list[int]) -> int:
+    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses."""
     for history in (layer.history_k, layer.history_v):
-        if history.length + moved > history.buffers["codes"].shape[-2]:
+        if max(held + n for held, n in zip(history.lengths, counts)) > history.capacity():
             raise ValueError("the frozen history is full: more decode steps than it was sized for.")
-    layer.history_k.append(layer.keys[..., lo:hi, :])
-    layer.history_v.append(layer.values[..., lo:hi, :])
-    for rows in (layer.keys, layer.values):
-        rows[..., lo:n_fp - moved, :] = rows[..., hi:n_fp, :].clone()
+    n_fp = layer.fp_rows
+    trim = demote_rows(layer, counts)
+    if trim:
+        for rows in (layer.keys, layer.values):
+            rows[..., :n_fp - trim, :] = rows[..., trim:n_fp, :].clone()
+    return trim
 
 
 def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = None) -> StaticState:
     """Give a prefilled cache fixed buffers for `max_new_tokens` decode steps; returns the shared StaticState.
 
-    attention_mask: the prompt's [B, T] padding mask (1 = token, left padding) or None.
+    attention_mask: the prompt's [B, T] padding mask (1 = token, left padding) or None; only read when the
+    layers have not learnt their padding from the prefill's attention mask.
     """
     layers = list(getattr(cache, "layers", []))
     refusal = _cache_refusal(layers, getattr(layers[0], "n_tokens", 0) if layers else 0)
@@ -118,15 +119,20 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
     if refusal:
         raise ValueError(refusal)
     first = layers[0]
-    n_fp, batch, device = first.keys.shape[-2], first.keys.shape[0], first.keys.device
-    fp_rows = max(n_fp, first.n_sink + first.quantizer.recent_tokens + first.quantizer.page_tokens)
+    for layer in layers:
+        if layer.pad is None and attention_mask is not None:
+            layer.pad = attention_mask.int().argmax(dim=-1).tolist()
+        layer.observe_padding(None)
+        layer.settle()                                                             # the prefill's demotion
+    sink, _, recent = first.regions()
+    n_fp = first.keys.shape[-2]
+    fp_rows = max(n_fp, max(sink) + first.quantizer.recent_tokens + first.quantizer.page_tokens)
     for layer in layers:
         _fix_buffers(layer, fp_rows, max_new_tokens)
-    pad = torch.zeros(batch, dtype=torch.int32, device=device) if attention_mask is None else \
-        attention_mask.to(device).int().argmax(dim=-1).to(torch.int32)
-    state = StaticState(layers, pad, n_fp, max_new_tokens)
+    state = StaticState(layers, n_fp, max_new_tokens)
     for layer in layers:
         layer.static = state
+    state.sync_lengths()
     return state
 
 
@@ -139,7 +145,8 @@ def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> 
         buffer[..., :n_fp, :] = rows
         setattr(layer, name, buffer)
     align = math.lcm(layer.quantizer.page_tokens, layer.history_k.spec.group, layer.history_v.spec.group)
-    tokens = layer.history_length + (n_fp - layer.n_sink) + max_new_tokens
+    _, hist, recent = layer.regions()
+    tokens = max(h + r for h, r in zip(hist, recent)) + max_new_tokens
     for history in (layer.history_k, layer.history_v):
         history.allocate(layer.keys, -(-tokens // align) * align)
 
@@ -156,7 +163,7 @@ class DecodeStep:
         if graph and not torch.cuda.is_available():
             raise ValueError("CUDA-graph decode needs a CUDA device.")
         self.model, self.cache, self.state, self.graph = model, cache, state, graph
-        batch, device = state.pad.shape[0], state.pad.device
+        batch, device = state.batch, state.hist_len.device
         self.input_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)

@@ -80,7 +80,7 @@ def fill_three_region(cache, cfg, batch: int, ctx: int, device, dtype, chunk: in
         k, v = _rows(cfg, batch, sink + recent, device, dtype, idx)
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k, v
-        layer.n_sink, layer.n_tokens = sink, ctx
+        layer.pad, layer.n_tokens = [0] * batch, ctx
         layer.history_k.reserve(ctx - sink - recent + 64)     # room for the timed steps' demotions
         layer.history_v.reserve(ctx - sink - recent + 64)
         for start in range(0, ctx - sink - recent, chunk):

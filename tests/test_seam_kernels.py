@@ -34,9 +34,12 @@ def test_kernel_path_matches_reference_path(tiny, tmp_path, monkeypatch, name, o
     ref, ref_cache = greedy(model, tok, quantizer, "reference")
     ker, ker_cache = greedy(model, tok, quantizer, "triton")
     layer = ker_cache.layers[0]
-    assert layer.use_kernels and layer.history_length > 0 and layer.history_k._mirror is None
+    assert layer.use_kernels and layer.history_length > 0 and "mirror" not in layer.history_k.buffers
     assert torch.equal(ref.sequences, ker.sequences)
-    assert torch.equal(ref_cache.layers[0].history_k.view("codes"), layer.history_k.view("codes"))
+    ref_history, history = ref_cache.layers[0].history_k, layer.history_k
+    assert ref_history.lengths == history.lengths
+    for b, n in enumerate(history.lengths):                                          # each sequence's own rows
+        assert torch.equal(ref_history.view("codes")[b, :, :n], history.view("codes")[b, :, :n])
     for a, b in zip(ref.logits, ker.logits):
         torch.testing.assert_close(a, b, rtol=TOL, atol=TOL)
 
@@ -54,7 +57,7 @@ def test_unknown_kernel_mode_is_refused(tiny):
             pass
 
 
-def test_decode_lengths_are_built_once_per_step_and_shared_by_layers(monkeypatch):
+def test_decode_lengths_are_built_once_per_step_and_shared_by_layers():
     from harness.cache import ThreeRegionLayer
     quantizer = build_quantizer("naive_int2", recent=8, page=8)
     memo = {}
@@ -64,17 +67,15 @@ def test_decode_lengths_are_built_once_per_step_and_shared_by_layers(monkeypatch
         layer.update(rows, rows)
     mask = torch.ones(2, 1, 1, 41, dtype=torch.bool)
     mask[1, ..., :5] = False                                                         # second sequence left-padded
-    calls = []
-    original = ThreeRegionLayer.sequence_starts
-    monkeypatch.setattr(ThreeRegionLayer, "sequence_starts", lambda self, m: calls.append(1) or original(self, m))
     first, second = (layer.decode_lengths(mask, rows.device) for layer in layers)
-    assert len(calls) == 1 and all(a is b for a, b in zip(first, second))
-    hist_start, fp_start = original(layers[1], mask)
-    assert torch.equal(first[2], hist_start) and torch.equal(first[3], fp_start)
-    assert first[0].tolist() == [layers[1].history_length] * 2 and first[1].tolist() == [layers[1].keys.shape[-2]] * 2
+    assert all(a is b for a, b in zip(first, second))                                # built once, shared
+    assert layers[1].pad == [0, 5] and layers[1].regions()[1] == [32, 27]            # per sequence: 40 and 35 tokens
+    assert first[0].tolist() == [32, 27] and first[2].tolist() == [0, 0]
+    assert first[1].tolist() == [8, 8] and first[3].tolist() == [0, 0]               # both recent windows: 8 rows
     one = rows[..., :1, :]
     for layer in layers:                                                             # next step: rebuilt once
         layer.update(one, one)
     mask = torch.cat([mask, mask[..., -1:]], dim=-1)
-    third = layers[0].decode_lengths(mask, rows.device)
-    assert len(calls) == 2 and third[1].tolist() == [layers[0].keys.shape[-2]] * 2
+    third, fourth = (layer.decode_lengths(mask, rows.device) for layer in layers)
+    assert third[1] is not first[1] and all(a is b for a, b in zip(third, fourth))
+    assert third[1].tolist() == [9, 9]

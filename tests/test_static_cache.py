@@ -64,10 +64,11 @@ def test_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monkeypatch
     for a, b in zip(logits, dyn_logits):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     dyn, frozen = dyn_cache.layers[0], cache.layers[0]
-    assert state.n_hist == dyn.history_length > 0 and state.n_fp == dyn.keys.shape[-2]
-    assert state.hist_len.tolist() == [state.n_hist] * 2 and state.fp_len.tolist() == [state.n_fp] * 2
-    n = dyn.history_length                                                            # same rows, same codes
-    assert torch.equal(frozen.history_k.buffers["codes"][..., :n, :], dyn.history_k.view("codes"))
+    assert frozen.regions() == dyn.regions() and max(dyn.regions()[1]) > 0 and state.n_fp == dyn.keys.shape[-2]
+    assert state.hist_len.tolist() == dyn.regions()[1] and state.fp_len.tolist() == [state.n_fp] * 2
+    assert state.fp_start.tolist() == dyn.fp_starts()
+    for b, n in enumerate(dyn.regions()[1]):                                          # same rows, same codes
+        assert torch.equal(frozen.history_k.buffers["codes"][b, :, :n], dyn.history_k.view("codes")[b, :, :n])
     torch.testing.assert_close(frozen.keys[..., :state.n_fp, :], dyn.keys)
 
 

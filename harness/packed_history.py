@@ -1,0 +1,138 @@
+"""Quantized rows of one tensor (K or V) of one cache layer, each batch row with its own length.
+
+    history = PackedHistory(quantizer, quantizer.key_spec, use_kernels=False)
+    history.append(rows, counts=[64, 0])     # rows [B, H_kv, n, D]: batch row b keeps its first counts[b]
+    history.lengths                          # [64, 0]: tokens held per batch row
+
+Each batch row's tokens start at index 0 of the token axis (so per-channel token groups start at each
+sequence's first quantized token); rows beyond a row's length are unused.
+"""
+from __future__ import annotations
+
+import torch
+
+MIRROR = "mirror"     # the reference path's dequantized rows, kept beside the packed parts
+
+
+class PackedHistory:
+    """Growable packed buffers along the token axis (codes/scale/zero, and the reference path's mirror).
+
+    On the reference path each row is dequantized once, when it is written (`dequantized`); on the kernel
+    path only the packed bytes exist and the decode kernel reads them.
+    """
+
+    def __init__(self, quantizer, spec, use_kernels: bool):
+        self.quantizer, self.spec, self.use_kernels = quantizer, spec, use_kernels
+        self.lengths: list[int] = []                   # tokens held by each batch row
+        self.head_dim = 0
+        self.buffers: dict[str, torch.Tensor] = {}     # token-like axis at dim -2
+        self.used: dict[str, int] = {}                 # rows of each buffer that `view` shows
+
+    @property
+    def length(self) -> int:
+        """Tokens of the longest batch row (the width the decode kernel is handed)."""
+        return max(self.lengths, default=0)
+
+    def append(self, rows: torch.Tensor, counts: list[int] | None = None) -> None:
+        """Quantize `rows` [B, H_kv, n, D] and store the first counts[b] of batch row b after its held tokens.
+
+        counts=None keeps all n of every row. Channel-axis specs need every count a multiple of the group.
+        """
+        batch, tokens = rows.shape[0], rows.shape[-2]
+        if tokens == 0:
+            return
+        counts = [tokens] * batch if counts is None else counts
+        self._check_alignment(counts)
+        self.head_dim, self.dtype = rows.shape[-1], rows.dtype
+        if not self.lengths:
+            self.lengths = [0] * batch
+        if self.use_kernels:
+            from kernels.quant import quantize_pack
+            parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
+        else:
+            qt = self.quantizer.quantize(rows.float(), self.spec)
+            parts = {"codes": qt.codes, "scale": qt.scale, "zero": qt.zero,
+                     MIRROR: self.quantizer.dequantize(qt).to(rows.dtype)}
+        for key, part in parts.items():
+            self._write(key, part, tokens, counts)
+        self.lengths = [held + n for held, n in zip(self.lengths, counts)]
+        for key, part in parts.items():
+            self.used[key] = self.length * part.shape[-2] // tokens
+
+    def _check_alignment(self, counts: list[int]) -> None:
+        if getattr(self.spec, "axis", "token") == "channel" and any(n % self.spec.group for n in counts):
+            raise ValueError(f"channel-axis history appends whole groups of {self.spec.group} tokens, got {counts}.")
+
+    def _write(self, key: str, part: torch.Tensor, tokens: int, counts: list[int]) -> None:
+        """Write the first counts[b] tokens' rows of `part` [B, H_kv, p, *] (p rows for `tokens` tokens)
+        at each batch row's held length."""
+        p = part.shape[-2]
+        offsets = [held * p // tokens for held in self.lengths]
+        sizes = [n * p // tokens for n in counts]
+        buf = self._room(key, part, max(o + n for o, n in zip(offsets, sizes)), tokens)
+        if len(set(offsets)) == 1 and set(sizes) == {p}:
+            buf[..., offsets[0]:offsets[0] + p, :] = part
+            return
+        for b, (offset, size) in enumerate(zip(offsets, sizes)):
+            buf[b, :, offset:offset + size, :] = part[b, :, :size]
+
+    def _room(self, key: str, part: torch.Tensor, needed: int, tokens: int) -> torch.Tensor:
+        """The buffer of `key`, grown (kept rows copied) when it holds fewer than `needed` rows."""
+        buf, used = self.buffers.get(key), self.used.get(key, 0)
+        if buf is not None and needed <= buf.shape[-2]:
+            return buf
+        reserved = getattr(self, "reserved_tokens", 0) * part.shape[-2] // max(tokens, 1)
+        capacity = max(reserved, needed) if buf is None and reserved else max(2 * needed, 64)
+        grown = part.new_empty(*part.shape[:-2], capacity, part.shape[-1])
+        if buf is not None:
+            grown[..., :used, :] = buf[..., :used, :]
+        self.buffers[key] = grown
+        return grown
+
+    def allocate(self, like: torch.Tensor, tokens: int) -> None:
+        """Make the packed buffers hold `tokens` rows of the shape of `like` [B, H_kv, *, D] (kept rows copied).
+
+        Gives an empty history its (empty) operands for the decode kernel, and a frozen cache its fixed storage.
+        """
+        from kernels.quant import packed_shapes
+        self.head_dim, self.dtype = like.shape[-1], getattr(self, "dtype", like.dtype)
+        if not self.lengths:
+            self.lengths = [0] * like.shape[0]
+        codes_shape, meta_shape = packed_shapes((*like.shape[:-2], tokens, like.shape[-1]), self.spec)
+        dtypes = {"codes": torch.uint8, "scale": self.spec.torch_scale_dtype, "zero": self.spec.torch_scale_dtype}
+        for key, shape in (("codes", codes_shape), ("scale", meta_shape), ("zero", meta_shape)):
+            used = self.used.get(key, 0)
+            buf = like.new_zeros(shape, dtype=dtypes[key])
+            if used:
+                buf[..., :used, :] = self.buffers[key][..., :used, :]
+            self.buffers[key], self.used[key] = buf, used
+
+    def capacity(self) -> int:
+        """Tokens each batch row can hold without growing the packed buffers."""
+        return self.buffers["codes"].shape[-2] if self.buffers else 0
+
+    def reserve(self, tokens: int) -> None:
+        """Size the buffers for `tokens` rows when they are first created (no doubling slack, e.g. benchmarks)."""
+        self.reserved_tokens = tokens
+
+    @property
+    def dequantized(self) -> torch.Tensor:
+        """[B, H_kv, N, D] reconstruction (the mirror, or decoded from the packed bytes on the kernel path);
+        batch row b is valid up to lengths[b]."""
+        if MIRROR in self.buffers:
+            return self.view(MIRROR)
+        from kernels.format import QuantizedTensor
+        qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
+        return self.quantizer.dequantize(qt).to(self.dtype)
+
+    def view(self, key: str) -> torch.Tensor:
+        return self.buffers[key][..., : self.used[key], :]
+
+    def select_batch(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` [B'] (in that order, repeats allowed) of every buffer."""
+        self.buffers = {key: buf[index.to(buf.device)] for key, buf in self.buffers.items()}
+        self.lengths = [self.lengths[i] for i in index.tolist()] if self.lengths else []
+
+    def nbytes(self) -> int:
+        """Bytes of the packed parts in use (the reference path's mirror is not storage)."""
+        return sum(self.view(k).numel() * self.view(k).element_size() for k in self.buffers if k != MIRROR)

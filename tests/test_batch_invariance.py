@@ -1,0 +1,96 @@
+"""A prompt decodes the same alone as inside a left-padded batch of longer prompts (per-sequence regions).
+
+Every quantizer on the reference path; the Triton kernels (dynamic cache) and the frozen static cache for the
+code-storing quantizers. On CPU the kernels run under the interpreter (OSCAR and KIVI only, for time); on a GPU
+box (TRITON_INTERPRET=0) every quantizer runs on CUDA.
+"""
+import pytest
+import torch
+
+from harness.quantizer import build_quantizer, known_quantizers
+from harness.seam import install
+from harness.static_cache import greedy_static
+
+PROMPT = "The grass is green and the sky is blue. The magic number is 4213. Remember it well, " * 3
+LONGER = ["A much longer neighbour that pads the batch: " + "words and more words, " * 12 + PROMPT,
+          "Another neighbour of a middling length, " + "with several clauses, " * 6]
+STEPS = 12
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+SMALL_WINDOWS = {"sink": 4, "recent": 8, "page": 4}           # sink, history and recent all reached, pages demoted
+KIVI_WINDOWS = {"recent": 32, "page": 32}                    # channel groups of 32 tokens
+NOT_OURS = {"hf_quantized_cache"}                            # transformers' QuantizedCache: not this cache
+KERNEL_ON_CPU = {"oscar", "kivi2"}
+
+
+def _quantizer(name, model, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    overrides = KIVI_WINDOWS if name.startswith("kivi") else {} if name == "bf16" else SMALL_WINDOWS
+    quantizer = build_quantizer(name, **overrides)
+    quantizer.check(model.config)
+    quantizer.prepare(model, tok)
+    return quantizer
+
+
+def _greedy(model, tok, quantizer, prompts, kernels):
+    """(new tokens [B, STEPS], logits [B, STEPS, V]) of transformers' generate through the seam."""
+    enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
+    with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
+        out = model.generate(**enc, max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+                             past_key_values=seam.new_cache())
+    return out.sequences[:, enc.input_ids.shape[1]:], torch.stack(out.logits, dim=1)
+
+
+def _static(model, tok, quantizer, prompts):
+    """New tokens [B, STEPS] of the frozen cache (CUDA graph on a GPU)."""
+    enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
+    with install(model, quantizer, kernels="triton") as seam:
+        return greedy_static(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA)
+
+
+def _assert_same(alone, batched):
+    """Row 0 of the batch is the lone prompt: the same tokens, and logits within fp32 rounding."""
+    tokens, logits = alone
+    assert torch.equal(batched[0][:1], tokens), "the batch changed the lone prompt's greedy tokens"
+    torch.testing.assert_close(batched[1][:1], logits, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(set(known_quantizers()) - NOT_OURS))
+def test_reference_path_is_batch_invariant(tiny, tmp_path, monkeypatch, name):
+    model, tok = tiny("qwen3")
+    model.to(DEVICE)
+    quantizer = _quantizer(name, model, tok, tmp_path, monkeypatch)
+    alone = _greedy(model, tok, quantizer, [PROMPT], "reference")
+    _assert_same(alone, _greedy(model, tok, quantizer, [PROMPT, *LONGER], "reference"))
+
+
+def _kernel_names():
+    names = sorted(n for n in set(known_quantizers()) - NOT_OURS if build_quantizer(n).stores_codes)
+    return names if CUDA else sorted(KERNEL_ON_CPU)
+
+
+@pytest.mark.parametrize("name", _kernel_names())
+def test_kernels_and_static_cache_are_batch_invariant(tiny, tmp_path, monkeypatch, name):
+    model, tok = tiny("qwen3")
+    model.to(DEVICE)
+    quantizer = _quantizer(name, model, tok, tmp_path, monkeypatch)
+    alone = _greedy(model, tok, quantizer, [PROMPT], "triton")
+    _assert_same(alone, _greedy(model, tok, quantizer, [PROMPT, *LONGER], "triton"))
+    static_alone = _static(model, tok, quantizer, [PROMPT])
+    assert torch.equal(static_alone, alone[0])
+    assert torch.equal(_static(model, tok, quantizer, [PROMPT, *LONGER])[:1], static_alone)
+
+
+def test_the_lone_prompt_really_is_padded_and_quantized(tiny):
+    """Guards the test's premise: the lone prompt gets left padding, and reaches sink, history and recent."""
+    model, tok = tiny("qwen3")
+    enc = tok([PROMPT, *LONGER], return_tensors="pt", padding=True)
+    assert enc.attention_mask[0].sum() < enc.attention_mask[1].sum() and enc.attention_mask[0, 0] == 0
+    quantizer = build_quantizer("naive_int2", **SMALL_WINDOWS)
+    quantizer.check(model.config)
+    with install(model, quantizer, kernels="reference") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        model(**enc, past_key_values=cache)
+    sink, hist, recent = cache.layers[0].regions()
+    assert sink[0] == 4 and recent[0] == 8 and hist[0] == int(enc.attention_mask[0].sum()) - 12
