@@ -238,3 +238,6 @@ class LongBench(GenerationTask):
     """LongBench / LongBench-E QA subsets: configs/task/longbench.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+
+    def stratum(self, record) -> str:
+        return f"{record.meta['dataset']}/{record.meta['bucket']}"   # summaries average datasets and buckets

@@ -263,3 +263,6 @@ class RulerNiah(GenerationTask):
     """RULER needle-in-a-haystack: configs/task/ruler_niah.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+
+    def stratum(self, record) -> str:
+        return record.meta["variant"]          # `ruler_niah` averages the variants: resample within each

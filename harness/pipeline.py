@@ -144,4 +144,5 @@ def execute(plan: CellPlan, device: str, recorder):
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
                         "static_decode": static_decode, "decode_batches": paths}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
+    recorder.intervals = plan.task.intervals(records)
     return metrics, records

@@ -4,6 +4,7 @@ A generation task subclasses `GenerationTask` and provides
     build_examples(tokenizer, ctx, n, seed, **task_options) -> list[Example]
     score(example, output) -> float
     aggregate(records) -> dict[str, float]        # metric name -> value for the result rows
+    stratum(record) -> str                        # optional: the group its intervals resample within
 A task that drives the model itself (fidelity, lm-eval) subclasses `Task` and overrides `run`.
 Task configs live in configs/task/<name>.yaml; their `_target_` names the class (in eval/).
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from harness.generate import generate_outputs
+from harness.intervals import metric_intervals
 
 RUNNER_KEYS = ("name", "batch_size", "stop", "sampling")   # generation settings, not build_examples options
 
@@ -52,6 +54,10 @@ class Task:
         """(metrics, per-example records) of the model behind `seam` at context `ctx`."""
         raise NotImplementedError
 
+    def intervals(self, records: list) -> dict[str, dict]:
+        """{metric: {"n", "ci95"}} for the rows (harness/intervals.py); none for a task without example scores."""
+        return {}
+
     def bits_per_element(self, quantizer, ctx: int) -> float:
         """The stored bits per K/V element of what this task measured (the row's `bits_per_element`)."""
         return quantizer.bits_per_element(ctx)
@@ -68,6 +74,13 @@ class GenerationTask(Task):
 
     def aggregate(self, records: list[Record]) -> dict[str, float]:
         raise NotImplementedError
+
+    def stratum(self, record: Record) -> str:
+        """The group a bootstrap resamples within (one group unless a task averages several)."""
+        return ""
+
+    def intervals(self, records: list[Record]) -> dict[str, dict]:
+        return metric_intervals(records, self.aggregate, self.stratum)
 
     def options(self) -> dict:
         opts = OmegaConf.to_container(self.cfg, resolve=True)

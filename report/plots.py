@@ -5,8 +5,9 @@
     write_plots(load_rows("results"), Path("results/bench"), Path("results/plots"))
 
 `scripts/make_plots.py` is the CLI. Every figure colours a quantizer with QUANTIZER_COLOURS, takes
-only status=ok rows (seed means via report.tables.Summary, ± std as error bars) and puts its legend
-outside the axes.
+only status=ok rows (seed means via report.tables.Summary; error bars: a lone seed's 95% interval, else
+± the std over seeds) and puts its legend outside the axes. Each figure's data is written beside it as
+<stem>.csv, which tests/test_committed_tables.py rebuilds from the committed rows.
 """
 from __future__ import annotations
 
@@ -64,12 +65,14 @@ def new_figure(n_panels: int, ncols: int = 3, panel_size=(4.2, 3.2)) -> tuple[Fi
     return fig, axes[:n_panels]
 
 
-def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """Write <stem>.png (150 dpi) and <stem>.pdf; return both paths."""
+def save(fig: Figure, out_dir: Path, stem: str, data: list[dict]) -> list[Path]:
+    """Write <stem>.png (150 dpi), <stem>.pdf and the points drawn as <stem>.csv; return the three paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
     for path in paths:
         fig.savefig(path, dpi=150)
+    paths.append(out_dir / f"{stem}.csv")
+    pd.DataFrame(data).to_csv(paths[-1], index=False, float_format="%.6g")
     return paths
 
 
@@ -86,8 +89,25 @@ def ctx_axis(ax, ctxs: list[str]) -> None:
     ax.set_xlabel("context length (tokens)")
 
 
-def error_bar(stat: Stat) -> float:
-    return 0.0 if stat.n < 2 or math.isnan(stat.std) else stat.std
+def error_bar(stat: Stat) -> tuple[float, float]:
+    """(below, above) the mean: a lone seed's 95% interval, else ± the std over seeds, else none."""
+    if stat.n == 1 and stat.ci95 is not None:
+        return stat.mean - stat.ci95[0], stat.ci95[1] - stat.mean
+    spread = 0.0 if stat.n < 2 or math.isnan(stat.std) else stat.std
+    return spread, spread
+
+
+def point(stat: Stat, **where) -> dict:
+    """One drawn point as a CSV row: where it sits, its mean and error bar."""
+    below, above = error_bar(stat)
+    return {**where, "mean": stat.mean, "err_below": below, "err_above": above, "seeds": stat.n,
+            "examples": stat.examples}
+
+
+def yerr(stats: list[Stat]) -> list[list[float]]:
+    """matplotlib's asymmetric [[below...], [above...]]."""
+    bars = [error_bar(s) for s in stats]
+    return [[b for b, _ in bars], [a for _, a in bars]]
 
 
 def model_tasks(summary: Summary, model: str) -> list[str]:
@@ -100,22 +120,23 @@ def accuracy_vs_ctx(summary: Summary, out_dir: Path) -> list[Path]:
     for model in summary.models(HEADLINE_METRICS):
         tasks = model_tasks(summary, model)
         fig, axes = new_figure(len(tasks))
-        drawn = set()
+        drawn, data = set(), []
         for ax, task in zip(axes, tasks):
             metric, label = HEADLINE_METRICS[task]
             ctxs = [c for c in summary.ctxs(model, {task}) if math.isfinite(ctx_tokens(c))]
             for q in summary.quantizers(model, {task}):
-                points = [(ctx_tokens(c), s) for c in ctxs if (s := summary.get(model, q, task, c, metric))]
+                points = [(c, s) for c in ctxs if (s := summary.get(model, q, task, c, metric))]
                 if points:
                     drawn.add(q)
-                    ax.errorbar([x for x, _ in points], [s.mean for _, s in points],
-                                yerr=[error_bar(s) for _, s in points], color=colour(q), marker="o", capsize=3)
+                    data += [point(s, task=task, quantizer=q, ctx=c, ctx_tokens=ctx_tokens(c)) for c, s in points]
+                    ax.errorbar([ctx_tokens(c) for c, _ in points], [s.mean for _, s in points],
+                                yerr=yerr([s for _, s in points]), color=colour(q), marker="o", capsize=3)
             ctx_axis(ax, ctxs)
             ax.set(ylabel=f"{label} score (%)", ylim=(-3, 103), title=label)
             ax.grid(alpha=0.3)
         fig.suptitle(f"{model}: accuracy vs context length")
         quantizer_legend(fig, sorted(drawn, key=quantizer_rank))
-        paths += save(fig, out_dir, f"accuracy_vs_ctx_{model}")
+        paths += save(fig, out_dir, f"accuracy_vs_ctx_{model}", data)
     return paths
 
 
@@ -135,7 +156,7 @@ def accuracy_vs_bpe(summary: Summary, out_dir: Path) -> list[Path]:
     for model in summary.models(HEADLINE_METRICS):
         panels = [(t, c) for t in model_tasks(summary, model) for c in summary.ctxs(model, {t})]
         fig, axes = new_figure(len(panels))
-        drawn = set()
+        drawn, data = set(), []
         for ax, (task, ctx) in zip(axes, panels):
             metric, label = HEADLINE_METRICS[task]
             points = []
@@ -144,7 +165,8 @@ def accuracy_vs_bpe(summary: Summary, out_dir: Path) -> list[Path]:
                 if score and bpe:
                     drawn.add(q)
                     points.append((bpe.mean, score.mean))
-                    ax.errorbar(bpe.mean, score.mean, yerr=error_bar(score), color=colour(q), marker="o",
+                    data.append(point(score, task=task, ctx=ctx, quantizer=q, bits_per_element=bpe.mean))
+                    ax.errorbar(bpe.mean, score.mean, yerr=yerr([score]), color=colour(q), marker="o",
                                 markersize=7, capsize=3)
             if points:
                 ax.plot(*zip(*pareto_front(points)), color="0.5", linestyle="--", linewidth=1, zorder=0)
@@ -156,7 +178,7 @@ def accuracy_vs_bpe(summary: Summary, out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         fig.suptitle(f"{model}: accuracy vs KV bits (dashed: Pareto front)")
         quantizer_legend(fig, sorted(drawn, key=quantizer_rank))
-        paths += save(fig, out_dir, f"accuracy_vs_bpe_{model}")
+        paths += save(fig, out_dir, f"accuracy_vs_bpe_{model}", data)
     return paths
 
 
@@ -187,12 +209,13 @@ def layer_fidelity(summary: Summary, out_dir: Path) -> list[Path]:
         for ctx in summary.ctxs(model, {"fidelity"}):
             fig, axes = new_figure(len(FIDELITY_METRICS))
             quantizers = summary.quantizers(model, {"fidelity"}, ctx)
-            zero_only = set(quantizers)
+            zero_only, data = set(quantizers), []
             for ax, metric in zip(axes, FIDELITY_METRICS):
                 layers = set()
                 for q in quantizers:
                     series = [(layer, v) for layer, v in layer_series(summary, model, q, ctx, metric) if v > 0]
                     if series:
+                        data += [{"metric": metric, "quantizer": q, "layer": layer, "value": v} for layer, v in series]
                         zero_only.discard(q)
                         layers.update(layer for layer, _ in series)
                         ax.plot(*zip(*series), color=colour(q), marker="o", markersize=4)
@@ -206,7 +229,7 @@ def layer_fidelity(summary: Summary, out_dir: Path) -> list[Path]:
                        for q in quantizers]
             fig.legend(handles=handles, loc="outside right upper", title="KV quantizer", frameon=False)
             fig.suptitle(f"{model} @ {ctx}: per-layer error vs full precision (lower is better)")
-            paths += save(fig, out_dir, f"layer_fidelity_{model}_{ctx}")
+            paths += save(fig, out_dir, f"layer_fidelity_{model}_{ctx}", data)
     return paths
 
 
@@ -247,7 +270,9 @@ def decode_speedup(bench_dir: Path, out_dir: Path) -> list[Path]:
         device = payload.get("device", "") if isinstance(payload, dict) else ""
         ax.set_title(f"{source.stem}: decode attention speedup" + (f" ({device})" if device else ""))
         fig.legend(handles=speedup_legend(providers, markers), loc="outside right upper", frameon=False)
-        paths += save(fig, out_dir, f"decode_speedup_{source.stem}")
+        columns = ["batch", "ctx", *(f"{p}_speedup" for p in providers)]
+        data = records[columns].sort_values(["batch", "ctx"]).to_dict("records")
+        paths += save(fig, out_dir, f"decode_speedup_{source.stem}", data)
     return paths
 
 
@@ -260,7 +285,7 @@ def speedup_legend(providers: list[str], markers: dict) -> list[Line2D]:
 
 
 def write_plots(rows: pd.DataFrame, bench_dir: Path, out_dir: Path) -> list[Path]:
-    """Every figure the rows and benchmark JSON can fill; returns the PNG and PDF paths written."""
+    """Every figure the rows and benchmark JSON can fill; returns the PNG, PDF and CSV paths written."""
     summary = Summary(rows)
     out_dir = Path(out_dir)
     return (accuracy_vs_ctx(summary, out_dir) + accuracy_vs_bpe(summary, out_dir)

@@ -1,7 +1,8 @@
 """Tidy result rows with provenance, written atomically, one file per cell; finished cells are skipped.
 
 Layout under `results_dir`:
-    rows/<task>/<cell>.jsonl       one JSON row per metric: model quantizer task ctx seed metric value + provenance
+    rows/<task>/<cell>.jsonl       one JSON row per metric: model quantizer task ctx seed metric value, its n
+                                   and 95% interval (scored tasks) + provenance
                                    (the resolved cell settings, artifact digests, how it ran, git commit and dirty flag)
     records/<task>/<cell>.jsonl    per-example outputs and scores (the audit trail of a score)
 `<cell>` is a hash of the config that defines the cell, so a sweep re-run skips what exists and
@@ -86,6 +87,7 @@ class CellRecorder:
         self.environment = environment   # () -> {"versions", "device", "peak_mem_mb"}: measured by the caller
         self.started = time.time()
         self.run: dict = {}       # how the cell ran (kernel path, decode path per batch): provenance, not identity
+        self.intervals: dict = {}  # metric -> {"n": examples, "ci95": [low, high]} (harness/intervals.py)
 
     def _provenance(self) -> dict:
         """The fields every row of one write shares (git and the machine are asked once, not per metric)."""
@@ -97,8 +99,8 @@ class CellRecorder:
 
     def write_ok(self, metrics: dict, records=()) -> list[dict]:
         shared = self._provenance()
-        rows = [{**self.key, "metric": name, "value": float(value), "status": "ok", "error": "", **shared}
-                for name, value in metrics.items()]
+        rows = [{**self.key, "metric": name, "value": float(value), "status": "ok", "error": "",
+                 **self.intervals.get(name, {}), **shared} for name, value in metrics.items()]
         if records:
             atomic_write_jsonl(records_path(self.results_dir, self.key["task"], self.cell), records)
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)

@@ -6,8 +6,10 @@
     print(to_markdown(tables[0]))
 
 `scripts/make_tables.py` writes every table into results/tables/. Only `status == "ok"` rows count;
-seeds are averaged (mean, and ± sample std when there is more than one seed). A cell with no ok row
-prints as MISSING ("–", footnoted), never as 0.
+seeds are averaged (mean, and ± sample std when there is more than one seed). A one-seed cell of a scored
+task shows its 95% bootstrap interval and example count, "67.27 [58.1, 75.9] n=100", from the row
+(harness/intervals.py); a row from before intervals were recorded is marked NO_INTERVAL. A cell with no ok
+row prints as MISSING ("–", footnoted), never as 0.
 """
 from __future__ import annotations
 
@@ -31,7 +33,10 @@ BPE_METRIC = "bits_per_element"
 REFERENCE = "bf16"
 MISSING = "–"
 MISSING_NOTE = f"{MISSING} = not run (no status=ok row for this cell)."
-SEED_NOTE = "Values are means over seeds; ± is the sample std when there is more than one seed."
+NO_INTERVAL = "†"
+SEED_NOTE = ("Values are means over seeds; ± is the sample std when there is more than one seed. One seed: "
+             "[95% bootstrap interval over the examples] and n = examples; "
+             f"{NO_INTERVAL} = the row predates recorded intervals. Call an ordering only where intervals separate.")
 CELL_KEYS = ("model", "quantizer", "task", "ctx")
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
                  "#": r"\#", "$": r"\$", "^": r"\^{}", "~": r"\~{}"}
@@ -39,10 +44,13 @@ LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", 
 
 @dataclass(frozen=True)
 class Stat:
-    """One table cell's numbers: mean over seeds, sample std (nan for one seed) and the seed count."""
+    """One table cell's numbers: mean over seeds, sample std (nan for one seed) and the seed count; for one
+    seed of a scored task, its examples and 95% interval (None when the row has none)."""
     mean: float
     std: float
     n: int
+    examples: int | None = None
+    ci95: tuple[float, float] | None = None
 
 
 @dataclass
@@ -131,18 +139,36 @@ def latest_ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_stats(ok: pd.DataFrame) -> dict[tuple, Stat]:
-    """{(model, quantizer, task, ctx, metric): Stat} over seeds."""
-    grouped = ok.groupby(list(CELL_KEYS) + ["metric"])["value"].agg(["mean", "std", "count"])
-    return {key: Stat(float(r["mean"]), float(r["std"]), int(r["count"])) for key, r in grouped.iterrows()}
+    """{(model, quantizer, task, ctx, metric): Stat} over seeds (with the interval of a lone seed's row)."""
+    stats = {}
+    for key, group in ok.groupby(list(CELL_KEYS) + ["metric"]):
+        values = group["value"]
+        interval = _row_interval(group.iloc[0]) if len(group) == 1 else (None, None)
+        stats[key] = Stat(float(values.mean()), float(values.std()) if len(group) > 1 else math.nan, len(group),
+                          *interval)
+    return stats
 
 
-def format_stat(stat: Stat | None, digits: str = ".2f") -> str:
-    """"67.27±1.80" for several seeds, "67.27" for one, MISSING for none."""
+def _row_interval(row) -> tuple[int | None, tuple[float, float] | None]:
+    """(examples, (low, high)) recorded on a row, or (None, None)."""
+    ci = row.get("ci95")
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None, None
+    return int(row["n"]), (float(ci[0]), float(ci[1]))
+
+
+def format_stat(stat: Stat | None, digits: str = ".2f", interval: bool = False) -> str:
+    """"67.27±1.80" for several seeds, "67.27" for one; with `interval` (scored tasks) a lone seed shows
+    "67.27 [58.1, 75.9] n=100", or "67.27†" when its row has no interval; MISSING for none."""
     if stat is None:
         return MISSING
     if stat.n > 1 and not math.isnan(stat.std):
         return f"{stat.mean:{digits}}±{stat.std:{digits}}"
-    return f"{stat.mean:{digits}}"
+    if not interval:
+        return f"{stat.mean:{digits}}"
+    if stat.ci95 is None:
+        return f"{stat.mean:{digits}}{NO_INTERVAL}"
+    return f"{stat.mean:{digits}} [{stat.ci95[0]:.1f}, {stat.ci95[1]:.1f}] n={stat.examples}"
 
 
 def mean_or_none(values: list[float | None]) -> float | None:
@@ -163,7 +189,7 @@ def main_block(summary: Summary, model: str, tasks: list[str]) -> Block:
             scores = [summary.get(model, quantizer, t, ctx, HEADLINE_METRICS[t][0]) for t in tasks]
             row_mean = mean_or_none([s.mean if s else None for s in scores])
             rows.append([ctx, quantizer_label(quantizer), format_stat(summary.bpe(model, quantizer, ctx, tasks)),
-                         *map(format_stat, scores), MISSING if row_mean is None else f"{row_mean:.2f}",
+                         *(format_stat(s, interval=True) for s in scores), MISSING if row_mean is None else f"{row_mean:.2f}",
                          drop_cell(quantizer, row_mean, ref_mean)])
     return Block(model, columns, rows)
 
@@ -191,7 +217,8 @@ def ruler_by_ctx_table(summary: Summary) -> Table:
     blocks = []
     for model in summary.models({"ruler_niah"}):
         ctxs = summary.ctxs(model, {"ruler_niah"})
-        rows = [[quantizer_label(q), *(format_stat(summary.get(model, q, "ruler_niah", c, "ruler_niah")) for c in ctxs)]
+        rows = [[quantizer_label(q), *(format_stat(summary.get(model, q, "ruler_niah", c, "ruler_niah"), interval=True)
+                                       for c in ctxs)]
                 for q in summary.quantizers(model, {"ruler_niah"})]
         blocks.append(Block(model, ["Method", *ctxs], rows))
     notes = ["RULER-NIAH score (0..100, mean over the needle variants run) by context length.", SEED_NOTE, MISSING_NOTE]
@@ -204,7 +231,8 @@ def ruler_variants_table(summary: Summary) -> Table:
     for model in summary.models({"ruler_niah"}):
         ctxs = summary.ctxs(model, {"ruler_niah"})
         variants = [m for m in summary.metrics(model, "ruler_niah") if m not in ("ruler_niah", BPE_METRIC)]
-        rows = [[quantizer_label(q), v, *(format_stat(summary.get(model, q, "ruler_niah", c, v)) for c in ctxs)]
+        rows = [[quantizer_label(q), v, *(format_stat(summary.get(model, q, "ruler_niah", c, v), interval=True)
+                                          for c in ctxs)]
                 for q in summary.quantizers(model, {"ruler_niah"}) for v in variants]
         blocks.append(Block(model, ["Method", "Variant", *ctxs], rows))
     notes = ["RULER needle variants (0..100) by context length.", SEED_NOTE, MISSING_NOTE]
@@ -227,10 +255,34 @@ def fidelity_table(summary: Summary) -> Table:
     return Table("fidelity", "KV and attention fidelity", blocks, notes)
 
 
+def dirty_cells(rows: pd.DataFrame) -> list[str]:
+    """Cells whose ok rows ran from a modified tree (git_sha ending in -dirty)."""
+    if "git_sha" not in rows:
+        return []
+    ok = rows[rows["status"] == "ok"]
+    return sorted(ok.loc[ok["git_sha"].astype(str).str.endswith("-dirty"), "cell"].astype(str).unique())
+
+
+def check_clean(rows: pd.DataFrame, allow_dirty: bool = False) -> None:
+    """Refuse, in one sentence, rows that ran from a modified tree unless `allow_dirty`."""
+    cells = dirty_cells(rows)
+    if cells and not allow_dirty:
+        raise ValueError(f"{len(cells)} cells ran from a modified tree (git_sha ends in -dirty, e.g. cell {cells[0]}); "
+                         f"re-run them from a clean commit, or pass --allow-dirty to build tables that say so.")
+
+
 def all_tables(rows: pd.DataFrame) -> list[Table]:
     """Every results table that the rows can fill (a table with no block is still returned, empty)."""
     summary = Summary(rows)
-    return [main_table(summary), ruler_by_ctx_table(summary), ruler_variants_table(summary), fidelity_table(summary)]
+    tables = [main_table(summary), ruler_by_ctx_table(summary), ruler_variants_table(summary),
+              fidelity_table(summary)]
+    dirty = dirty_cells(rows)
+    if dirty:
+        cells = rows[rows["status"] == "ok"]["cell"].nunique()
+        for table in tables:
+            table.notes.append(f"{len(dirty)} of {cells} cells in this store ran from a modified tree (git_sha "
+                               "ends in -dirty); built with --allow-dirty.")
+    return tables
 
 
 def block_markdown(block: Block) -> list[str]:
@@ -267,12 +319,12 @@ def splice_headline(text: str, table: str) -> str:
 
 
 def latex_cell(text: str) -> str:
-    """Escape LaTeX specials; ± -> $\\pm$, a leading minus -> $-$, MISSING -> --."""
+    """Escape LaTeX specials; ± -> $\\pm$, † -> $^\\dagger$, a leading minus -> $-$, MISSING -> --."""
     if text == MISSING:
         return "--"
     text = re.sub(r"[\\{}_%&#$^~]", lambda m: LATEX_ESCAPES[m.group()], text)
     text = re.sub(r"^-(?=\d)", "$-$", text)
-    return text.replace("±", r"$\pm$")
+    return text.replace("±", r"$\pm$").replace(NO_INTERVAL, r"$^\dagger$")
 
 
 def to_latex(table: Table) -> str:
@@ -299,8 +351,11 @@ def bench_markdown(bench_dir: Path) -> str | None:
     return "# Kernel and throughput benchmarks\n\n" + "\n".join(sections)
 
 
-def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path) -> list[Path]:
-    """Write <name>.md and <name>.tex for each table, and bench.md when benchmarks exist; return the paths."""
+def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty: bool = False) -> list[Path]:
+    """Write <name>.md and <name>.tex for each table, and bench.md when benchmarks exist; return the paths.
+
+    Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells)."""
+    check_clean(rows, allow_dirty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -8,6 +8,8 @@ Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md an
 are averaged; cells that were not run print as "–". For the default store (results/ into
 results/tables) it also rewrites the README's headline table between its markers. The logic lives
 in report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
+Rows that ran from a modified tree (git_sha ...-dirty) are refused unless --allow-dirty; the tables then
+say how many cells did.
 """
 from __future__ import annotations
 
@@ -27,10 +29,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="results store (rows/ below it)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <results>/tables)")
+    parser.add_argument("--allow-dirty", action="store_true", help="accept rows that ran from a modified tree")
     args = parser.parse_args()
     out = args.out or args.results / "tables"
     rows = load_rows(args.results)
-    for path in write_tables(rows, args.results / "bench", out):
+    try:
+        written = write_tables(rows, args.results / "bench", out, allow_dirty=args.allow_dirty)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    for path in written:
         print(f"wrote {path}")
     if args.out is None and args.results.resolve() == (ROOT / "results").resolve():
         readme = ROOT / "README.md"

@@ -1,15 +1,19 @@
-"""Committed tables cannot drift: each equals a rebuild from the committed rows, byte for byte.
+"""Committed tables and plot data cannot drift: each equals a rebuild from the committed rows, byte for byte.
 
-A table edited by hand, or rows changed without `python scripts/make_tables.py`, fail here; the
-README's headline table must equal the generated one between its markers.
+A table or plot CSV edited by hand, or rows changed without `python scripts/make_tables.py --allow-dirty`
+and `python scripts/make_plots.py`, fail here; the README's headline table must equal the generated one
+between its markers.
 """
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from report.plots import write_plots
 from report.store import load_rows
-from report.tables import HEADLINE_BEGIN, HEADLINE_END, headline_markdown, splice_headline, write_tables
+from report.tables import (HEADLINE_BEGIN, HEADLINE_END, check_clean, headline_markdown, splice_headline,
+                           write_tables)
 
 ROOT = Path(__file__).resolve().parent.parent
 STORES = [ROOT / "results", ROOT / "results" / "ruler_full", ROOT / "results" / "ablations"]
@@ -17,7 +21,7 @@ STORES = [ROOT / "results", ROOT / "results" / "ruler_full", ROOT / "results" / 
 
 def drifted_tables(store: Path, scratch: Path) -> list[str]:
     """Names of the store's committed tables that differ from a rebuild (or that a rebuild would not write)."""
-    written = {p.name: p for p in write_tables(load_rows(store), store / "bench", scratch)}
+    written = {p.name: p for p in write_tables(load_rows(store), store / "bench", scratch, allow_dirty=True)}
     committed = {p.name: p for p in (store / "tables").glob("*") if p.suffix in (".md", ".tex")}
     return sorted(name for name in set(written) | set(committed)
                   if name not in written or name not in committed
@@ -26,7 +30,25 @@ def drifted_tables(store: Path, scratch: Path) -> list[str]:
 
 @pytest.mark.parametrize("store", STORES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_tables_equal_a_rebuild_from_rows(store, tmp_path):
-    assert drifted_tables(store, tmp_path) == [], "regenerate with: python scripts/make_tables.py --results " + str(store)
+    assert drifted_tables(store, tmp_path) == [], \
+        "regenerate with: python scripts/make_tables.py --allow-dirty --results " + str(store)
+
+
+def test_committed_plot_data_equals_a_rebuild_from_rows(tmp_path):
+    store = ROOT / "results"
+    written = {p.name: p for p in write_plots(load_rows(store), store / "bench", tmp_path) if p.suffix == ".csv"}
+    committed = {p.name: p for p in (store / "plots").glob("*.csv")}
+    assert written and sorted(written) == sorted(committed), "regenerate with: python scripts/make_plots.py"
+    assert [n for n in written if written[n].read_bytes() != committed[n].read_bytes()] == []
+
+
+def test_rows_from_a_modified_tree_are_refused_unless_asked():
+    rows = pd.DataFrame([{"cell": "a", "status": "ok", "git_sha": "0123abcd"},
+                         {"cell": "b", "status": "ok", "git_sha": "0123abcd-dirty"}])
+    with pytest.raises(ValueError, match="1 cells ran from a modified tree"):
+        check_clean(rows)
+    check_clean(rows, allow_dirty=True)
+    check_clean(rows[rows["cell"] == "a"])
 
 
 def test_a_hand_edited_table_is_caught(tmp_path):

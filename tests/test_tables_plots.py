@@ -20,11 +20,15 @@ BENCH_JSON = {"device": "Fake GPU", "decode": [
     for b, c, s in [(1, 8192, 1.5), (1, 32768, 2.5), (8, 8192, 2.0), (8, 32768, 3.5)]]}
 
 
-def ok(model, quantizer, task, ctx, metrics, seed=0, timestamp="2026-01-01T00:00:00"):
-    """One cell's rows, bits_per_element included as run.py writes it."""
+def ok(model, quantizer, task, ctx, metrics, seed=0, timestamp="2026-01-01T00:00:00", interval=True):
+    """One cell's rows, bits_per_element included as run.py writes it; scored metrics get n = 20 and a
+    95% interval of +-10 (clipped to 0..100) unless `interval` is False (a row from before intervals)."""
     bpe = {"bf16": 16.0, "naive_int2": 2.25, "oscar": 2.28}[quantizer]
+    scored = interval and task != "fidelity"
     return [{"model": model, "quantizer": quantizer, "task": task, "ctx": ctx, "seed": seed, "metric": m,
-             "value": v, "status": "ok", "error": "", "timestamp": timestamp}
+             "value": v, "status": "ok", "error": "", "timestamp": timestamp,
+             **({"n": 20, "ci95": [max(0.0, v - 10), min(100.0, v + 10)]} if scored and m != "bits_per_element"
+                else {})}
             for m, v in {**metrics, "bits_per_element": bpe}.items()]
 
 
@@ -50,7 +54,7 @@ CELLS = [
     ok("toy", "oscar", "ruler_niah", "4k", ruler(70.0), timestamp="2026-01-01T00:00:00"),
     ok("toy", "oscar", "ruler_niah", "4k", ruler(80.0), timestamp="2026-02-01T00:00:00"),  # re-run: wins
     ok("toy", "bf16", "ruler_niah", "8k", ruler(85.0)),
-    ok("toy", "oscar", "ruler_niah", "8k", ruler(60.0)),                # naive_int2 @ 8k: not run
+    ok("toy", "oscar", "ruler_niah", "8k", ruler(60.0), interval=False),  # naive_int2 @ 8k: not run
     ok("toy", "bf16", "aime25", "4k", {"aime25_pass1": 60.0}),
     ok("toy", "oscar", "aime25", "4k", {"aime25_pass1": 50.0}),
     error("toy", "naive_int2", "aime25", "4k"),                         # failed cell: must not count
@@ -91,29 +95,30 @@ def test_main_table_cells_mean_and_drop(tables):
     rows = block_rows(tables["main"])
     assert list(rows) == [("4k", "BF16"), ("4k", "Naive INT2"), ("4k", "OSCAR"), ("8k", "BF16"), ("8k", "OSCAR")]
     bf16, oscar = rows[("4k", "BF16")], rows[("4k", "OSCAR")]
-    assert bf16["RULER-NIAH"] == "95.00±7.07" and bf16["AIME25"] == "60.00" and bf16["BPE"] == "16.00"
+    assert bf16["RULER-NIAH"] == "95.00±7.07" and bf16["BPE"] == "16.00"                 # two seeds: ± std
+    assert bf16["AIME25"] == "60.00 [50.0, 70.0] n=20"                                    # one seed: interval, n
     assert bf16["Mean"] == "77.50" and bf16["Drop"] == "ref."
-    assert oscar["RULER-NIAH"] == "80.00" and oscar["Mean"] == "65.00" and oscar["Drop"] == "-12.50"
+    assert oscar["RULER-NIAH"] == "80.00 [70.0, 90.0] n=20" and oscar["Mean"] == "65.00" and oscar["Drop"] == "-12.50"
     assert oscar["BPE"] == "2.28"
     assert rows[("8k", "OSCAR")]["AIME25"] == MISSING and rows[("8k", "OSCAR")]["Drop"] == MISSING
 
 
 def test_error_row_is_blank_and_blanks_the_mean(tables):
     naive = block_rows(tables["main"])[("4k", "Naive INT2")]
-    assert naive["RULER-NIAH"] == "0.00"
+    assert naive["RULER-NIAH"] == "0.00 [0.0, 10.0] n=20"
     assert naive["AIME25"] == MISSING and naive["Mean"] == MISSING and naive["Drop"] == MISSING
 
 
 def test_ruler_by_ctx_blank_not_zero(tables):
     rows = block_rows(tables["ruler_niah_by_ctx"])
-    assert rows[("Naive INT2",)] == {"Method": "Naive INT2", "4k": "0.00", "8k": MISSING}
-    assert rows[("OSCAR",)] == {"Method": "OSCAR", "4k": "80.00", "8k": "60.00"}
+    assert rows[("Naive INT2",)] == {"Method": "Naive INT2", "4k": "0.00 [0.0, 10.0] n=20", "8k": MISSING}
+    assert rows[("OSCAR",)] == {"Method": "OSCAR", "4k": "80.00 [70.0, 90.0] n=20", "8k": "60.00†"}   # no interval
 
 
 def test_ruler_variants_table(tables):
     rows = block_rows(tables["ruler_niah_variants"])
     assert rows[("BF16", "niah_single_2")]["4k"] == "100.00±7.07"
-    assert rows[("OSCAR", "niah_single_1")]["8k"] == "55.00"
+    assert rows[("OSCAR", "niah_single_1")]["8k"] == "55.00†"
 
 
 def test_fidelity_table(tables):
@@ -125,9 +130,9 @@ def test_fidelity_table(tables):
 
 def test_markdown_and_latex_render_blanks_with_a_footnote(tables):
     markdown, latex = to_markdown(tables["ruler_niah_by_ctx"]), to_latex(tables["ruler_niah_by_ctx"])
-    assert "| Naive INT2 | 0.00 | – |" in markdown and "– = not run" in markdown
-    assert r"Naive INT2 & 0.00 & -- \\" in latex and r"\toprule" in latex and "-- = not run" in latex
-    assert r"95.00$\pm$7.07" in latex
+    assert "| Naive INT2 | 0.00 [0.0, 10.0] n=20 | – |" in markdown and "– = not run" in markdown
+    assert r"Naive INT2 & 0.00 [0.0, 10.0] n=20 & -- \\" in latex and r"\toprule" in latex and "-- = not run" in latex
+    assert r"95.00$\pm$7.07" in latex and r"60.00$^\dagger$" in latex
 
 
 def test_cli_writes_every_table_and_copies_bench_verbatim(store, tmp_path):
@@ -147,15 +152,26 @@ def plots(store, tmp_path_factory):
     return out, write_plots(load_rows(store), store / "bench", out)
 
 
-def test_every_plot_is_written_as_png_and_pdf(plots):
+def test_every_plot_is_written_as_png_pdf_and_its_data_as_csv(plots):
     out, paths = plots
     stems = {"accuracy_vs_ctx_toy", "accuracy_vs_bpe_toy", "layer_fidelity_toy_4k", "decode_speedup_bench_kernels"}
-    assert {p.name for p in paths} == {f"{s}.{ext}" for s in stems for ext in ("png", "pdf")}
+    assert {p.name for p in paths} == {f"{s}.{ext}" for s in stems for ext in ("png", "pdf", "csv")}
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == PNG_MAGIC
         height, width, _ = matplotlib.image.imread(png).shape
         assert height > 200 and width > 200
     assert all(p.read_bytes()[:4] == b"%PDF" for p in out.glob("*.pdf"))
+
+
+def test_plot_data_holds_the_points_and_their_error_bars(plots):
+    import pandas as pd
+    out, _ = plots
+    data = pd.read_csv(out / "accuracy_vs_ctx_toy.csv")
+    oscar = data[(data["quantizer"] == "oscar") & (data["task"] == "ruler_niah")].set_index("ctx")
+    assert oscar.loc["4k", ["mean", "err_below", "err_above", "examples"]].tolist() == [80.0, 10.0, 10.0, 20]
+    assert oscar.loc["8k", ["mean", "err_below", "err_above"]].tolist() == [60.0, 0.0, 0.0]      # no interval
+    bf16 = data[(data["quantizer"] == "bf16") & (data["task"] == "ruler_niah")].set_index("ctx")
+    assert bf16.loc["4k", "seeds"] == 2 and round(bf16.loc["4k", "err_below"], 2) == 7.07       # ± std of seeds
 
 
 def test_speedup_plot_is_skipped_without_decode_timings(tmp_path):
