@@ -23,13 +23,16 @@ NOT_OURS = {"hf_quantized_cache"}                            # transformers' Qua
 KERNEL_ON_CPU = {"oscar", "kivi2"}
 
 
-def _quantizer(name, model, tok, tmp_path, monkeypatch):
+def _prepared(tiny, name, tmp_path, monkeypatch):
+    """(tiny Qwen3 on DEVICE, its tokenizer, quantizer `name` with small windows, calibrated)."""
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    model.to(DEVICE)
     overrides = KIVI_WINDOWS if name.startswith("kivi") else {} if name == "bf16" else SMALL_WINDOWS
     quantizer = build_quantizer(name, **overrides)
     quantizer.check(model.config)
     quantizer.prepare(model, tok)
-    return quantizer
+    return model, tok, quantizer
 
 
 def _greedy(model, tok, quantizer, prompts, kernels):
@@ -58,9 +61,7 @@ def _assert_same(alone, batched):
 
 @pytest.mark.parametrize("name", sorted(set(known_quantizers()) - NOT_OURS))
 def test_reference_path_is_batch_invariant(tiny, tmp_path, monkeypatch, name):
-    model, tok = tiny("qwen3")
-    model.to(DEVICE)
-    quantizer = _quantizer(name, model, tok, tmp_path, monkeypatch)
+    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch)
     alone = _greedy(model, tok, quantizer, [PROMPT], "reference")
     _assert_same(alone, _greedy(model, tok, quantizer, [PROMPT, *LONGER], "reference"))
 
@@ -72,9 +73,7 @@ def _kernel_names():
 
 @pytest.mark.parametrize("name", _kernel_names())
 def test_kernels_and_static_cache_are_batch_invariant(tiny, tmp_path, monkeypatch, name):
-    model, tok = tiny("qwen3")
-    model.to(DEVICE)
-    quantizer = _quantizer(name, model, tok, tmp_path, monkeypatch)
+    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch)
     alone = _greedy(model, tok, quantizer, [PROMPT], "triton")
     _assert_same(alone, _greedy(model, tok, quantizer, [PROMPT, *LONGER], "triton"))
     static_alone = _static(model, tok, quantizer, [PROMPT])

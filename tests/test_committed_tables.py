@@ -16,7 +16,7 @@ from report.tables import (HEADLINE_BEGIN, HEADLINE_END, check_clean, headline_m
                            write_tables)
 
 ROOT = Path(__file__).resolve().parent.parent
-STORES = [ROOT / "results", ROOT / "results" / "ruler_full", ROOT / "results" / "ablations"]
+STORES = [ROOT / "results", ROOT / "results" / "ablations"]        # results/archive: stale, not rebuilt
 
 
 def drifted_tables(store: Path, scratch: Path) -> list[str]:
