@@ -19,8 +19,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from harness.models import load_model
-from harness.pipeline import resolve_device, run_cell as pipeline_run_cell, validate
+from harness.pipeline import load_prepared, resolve_device, run_cell as pipeline_run_cell, validate
 from harness.seam import Seam
 from run import results_store
 
@@ -75,9 +74,7 @@ def load(model: str = "gemma3_270m", quantizer: str = "bf16", *overrides: str, k
     """Load `model` and install `quantizer` (calibrated / loaded as a run would), checked before the weights load."""
     cfg = config(f"model={model}", f"quantizer={quantizer}", *overrides)
     plan = validate(cfg)
-    loaded = load_model(cfg.model, device=resolve_device(cfg.device))
-    plan.quantizer.check(loaded.model.config)
-    plan.quantizer.prepare(loaded.model, loaded.tokenizer)
+    loaded = load_prepared(plan, resolve_device(cfg.device))
     return Session(loaded.model, loaded.tokenizer, Seam(loaded.model, plan.quantizer, kernels).apply())
 
 

@@ -94,7 +94,7 @@ class ThreeRegionLayer(DynamicLayer):
         decode = new <= KERNEL_MAX_QUERY_TOKENS
         if self.n_tokens:
             self.settle()
-        if decode and self.pad is not None:
+        if decode:
             self._demote(prefill=False)   # demote before appending: the new tokens attend to themselves unquantized
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
@@ -196,11 +196,11 @@ class ThreeRegionLayer(DynamicLayer):
         return [self.fp_rows - s - r for s, r in zip(sink, recent)]
 
     def settle(self) -> None:
-        """Demote what the last prefill chunk left beyond the recent window (a cache read or updated again
-        before any attention mask reached it, i.e. driven without the seam, is taken as unpadded)."""
+        """Fix the padding and demote what the last prefill chunk left beyond the recent window (a cache read
+        or updated again before any attention mask reached it, i.e. driven without the seam, is unpadded)."""
+        if self.pad is None:
+            self.pad = [0] * self.keys.shape[0]
         if self._pending:
-            if self.pad is None:
-                self.pad = [0] * self.keys.shape[0]
             self._pending = False
             self._demote(prefill=True)
 
@@ -227,20 +227,23 @@ class ThreeRegionLayer(DynamicLayer):
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
 
         Every full-attention layer of a step has the same regions, so the first layer builds these small
-        tensors and the others reuse them (results/bench/step_ops.md).
+        tensors and the others reuse them (results/bench/step_ops.md). The per-sequence ones change only when
+        a demotion does; a host list goes to the device only then, and only when the sequences differ.
         """
         if self.static is not None:
             return self.static.lengths
         self.observe_padding(attention_mask)
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
         _, hist, _ = self.regions()
-        key = (self.n_tokens, tuple(hist), tuple(self.pad), n_fp, batch, str(device))
-        if self.step_memo.get("key") != key:
-            hist_len = torch.tensor(hist, dtype=torch.int32, device=device)
+        starts = self.fp_starts()
+        rows_key = (tuple(hist), tuple(starts), batch, str(device))
+        if self.step_memo.get("rows_key") != rows_key:
+            self.step_memo.update(rows_key=rows_key, rows=(_int32(hist, device), _int32([0] * batch, device),
+                                                           _int32(starts, device)))
+        if self.step_memo.get("step_key") != (rows_key, n_fp):
+            hist_len, hist_start, fp_start = self.step_memo["rows"]
             fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
-            hist_start = torch.zeros(batch, dtype=torch.int32, device=device)
-            fp_start = torch.tensor(self.fp_starts(), dtype=torch.int32, device=device)
-            self.step_memo.update(key=key, lengths=(hist_len, fp_len, hist_start, fp_start))
+            self.step_memo.update(step_key=(rows_key, n_fp), lengths=(hist_len, fp_len, hist_start, fp_start))
         return self.step_memo["lengths"]
 
     def kernel_operands(self) -> tuple[torch.Tensor, ...]:
@@ -289,6 +292,13 @@ class ThreeRegionLayer(DynamicLayer):
         full = (self.keys.numel() + self.values.numel()) * self.keys.element_size() if self.is_initialized else 0
         packed = 0 if self.history_k is None else self.history_k.nbytes() + self.history_v.nbytes()
         return full + packed
+
+
+def _int32(values: list[int], device) -> torch.Tensor:
+    """int32 [B] on `device`: a fill when all values are equal (no host-to-device copy), else a copy."""
+    if len(set(values)) == 1:
+        return torch.full((len(values),), values[0], dtype=torch.int32, device=device)
+    return torch.tensor(values, dtype=torch.int32).to(device)
 
 
 def demote_rows(layer: ThreeRegionLayer, counts: list[int]) -> int:

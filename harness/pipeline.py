@@ -126,15 +126,23 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     return recorder.write_ok(metrics, records)
 
 
-def execute(plan: CellPlan, device: str, recorder):
+def load_prepared(plan: CellPlan, device: str):
+    """The cell's model on `device` (a LoadedModel), its architecture and quantizer checked, the quantizer
+    prepared (calibrated or loaded): what a run and a notebook session (notebook.py) both start from."""
     from harness.models import load_model
-    from harness.seam import check_architecture, install
-    cfg = plan.cfg
-    seed_everything(int(cfg.seed))
-    loaded = load_model(cfg.model, device=device)
+    from harness.seam import check_architecture
+    loaded = load_model(plan.cfg.model, device=device)
     check_architecture(loaded.model.config)
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
+    return loaded
+
+
+def execute(plan: CellPlan, device: str, recorder):
+    from harness.seam import install
+    cfg = plan.cfg
+    seed_everything(int(cfg.seed))
+    loaded = load_prepared(plan, device)
     recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}

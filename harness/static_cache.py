@@ -78,8 +78,8 @@ class StaticState:
         _, _, recent = self.layers[0].regions()
         counts = [decode_demotion(r, self.quantizer) for r in recent]
         if max(counts) > 0:
-            trims = {demote_in_place(layer, counts) for layer in self.layers}
-            trim = trims.pop()
+            for layer in self.layers:                       # every layer has the same regions, so the same trim
+                trim = demote_in_place(layer, counts)
             self.n_fp -= trim
             self.fp_len.sub_(trim)
             self.write_pos.sub_(trim)
@@ -119,11 +119,11 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
     if refusal:
         raise ValueError(refusal)
     first = layers[0]
+    pad = None if attention_mask is None else attention_mask.int().argmax(dim=-1).tolist()   # first real token
     for layer in layers:
-        if layer.pad is None and attention_mask is not None:
-            layer.pad = attention_mask.int().argmax(dim=-1).tolist()
-        layer.observe_padding(None)
-        layer.settle()                                                             # the prefill's demotion
+        if layer.pad is None and pad is not None:
+            layer.pad = pad
+        layer.settle()                                          # the prefill's demotion (unknown padding: none)
     sink, _, recent = first.regions()
     n_fp = first.keys.shape[-2]
     fp_rows = max(n_fp, max(sink) + first.quantizer.recent_tokens + first.quantizer.page_tokens)
