@@ -1,7 +1,9 @@
 """Run lm-evaluation-harness tasks on the already-loaded (and quantizer-patched) model.
 
 lm-eval drives generation here, so its HFLM is subclassed to hand every `generate` call a fresh cache
-from `new_cache()` (the quantized cache only acts if it is the one generate uses). Tasks come from
+from `new_cache()` (the quantized cache only acts if it is the one generate uses), and to score
+loglikelihood / perplexity requests in quantized context (each token attends to the quantized history
+before it, harness/quantized_context.py) instead of one full-precision forward pass. Tasks come from
 lm-eval's registry or from `include_path`, a folder of task YAMLs; a local `json` task there may give
 `dataset_kwargs.data_files` relative to its YAML (see eval/lm_eval_tasks/toy_qa.yaml), which works
 offline.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.pipeline import CellError
+from harness.quantized_context import quantized_context_logits, quantizes_cache
 from harness.task import Task
 
 SHIPPED_TASKS = Path(__file__).parent / "lm_eval_tasks"
@@ -24,21 +26,17 @@ def _cached_hflm_class():
     from lm_eval.models.huggingface import HFLM
 
     class CachedHFLM(HFLM):
-        def __init__(self, new_cache, scoring_refusal: str | None = None, **kwargs):
+        def __init__(self, new_cache, quantizer=None, paths: dict | None = None, **kwargs):
             super().__init__(**kwargs)
-            self.new_cache, self.scoring_refusal = new_cache, scoring_refusal
+            self.new_cache, self.quantizer = new_cache, quantizer
+            self.paths = {} if paths is None else paths
 
-        def loglikelihood(self, requests, *args, **kwargs):
-            self._refuse_scoring()
-            return super().loglikelihood(requests, *args, **kwargs)
-
-        def loglikelihood_rolling(self, requests, *args, **kwargs):
-            self._refuse_scoring()
-            return super().loglikelihood_rolling(requests, *args, **kwargs)
-
-        def _refuse_scoring(self):
-            if self.scoring_refusal:
-                raise CellError(self.scoring_refusal)
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            # inps: [B, T] right-padded token ids of loglikelihood / perplexity requests -> logits [B, T, V]
+            if self.quantizer is None or not quantizes_cache(self.quantizer):
+                return super()._model_call(inps, attn_mask, labels)
+            self.paths["quantized_context"] = self.paths.get("quantized_context", 0) + 1
+            return quantized_context_logits(self.model, inps, self.new_cache, self.quantizer)
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
             # context: [B, T] left-padded token ids; attention_mask arrives in generation_kwargs
@@ -85,31 +83,19 @@ def flatten_results(results: dict) -> dict[str, float]:
     return flat
 
 
-def scoring_refusal(quantizer) -> str | None:
-    """Why loglikelihood / perplexity requests cannot measure `quantizer` (None for the identity).
-
-    lm-eval scores them with one forward pass and no cache: every token attends to its context in full
-    precision, so a KV quantizer would leave the numbers untouched while the rows claimed its bits.
-    """
-    if not quantizer.stores_codes:
-        return None
-    return (f"lm-eval loglikelihood and perplexity requests never read a KV cache back (each token attends to its "
-            f"context in full precision), so quantizer '{quantizer.name}' would not be measured: run such tasks "
-            f"with quantizer=bf16, or use generate_until tasks.")
-
-
 def run_lm_eval(model, tokenizer, new_cache, tasks: list[str], include_path: str | None = None,
                 limit: int | float | None = None, batch_size: int = 1, max_length: int | None = None,
-                seed: int = 0, refusal: str | None = None) -> dict[str, float]:
+                seed: int = 0, quantizer=None, paths: dict | None = None) -> dict[str, float]:
     """Evaluate `tasks` with lm-eval on the given model/tokenizer; generation goes through `new_cache()`.
 
     `max_length` caps context + generation (lm-eval's default otherwise); `seed` seeds python, numpy,
-    torch and few-shot sampling; `refusal` (see `scoring_refusal`) stops loglikelihood requests.
+    torch and few-shot sampling. With a `quantizer` that quantizes the cache, loglikelihood and perplexity
+    requests are scored in quantized context (harness/quantized_context.py) and counted in `paths`.
     """
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    lm = _cached_hflm_class()(new_cache, scoring_refusal=refusal, pretrained=model, tokenizer=tokenizer,
+    lm = _cached_hflm_class()(new_cache, quantizer=quantizer, paths=paths, pretrained=model, tokenizer=tokenizer,
                               batch_size=batch_size, max_length=max_length)
     specs = local_task_configs(tasks, include_path)
     # indexing lm-eval's ~14k built-in task YAMLs takes ~10 s on a small CPU: only when a task needs them
@@ -121,13 +107,14 @@ def run_lm_eval(model, tokenizer, new_cache, tasks: list[str], include_path: str
     return flatten_results(output["results"])
 
 
-def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
+def evaluate(loaded, seam, task_cfg, ctx: int, seed: int, paths: dict | None = None):
     """The LmEval task's evaluation: task config fields `tasks`, `include_path` (default: the shipped
-    eval/lm_eval_tasks), `limit`, `batch_size`. Returns (metrics, no per-example records)."""
+    eval/lm_eval_tasks), `limit`, `batch_size`. Returns (metrics, no per-example records); `paths` counts
+    the quantized-context scoring batches (recorded in the row's decode paths)."""
     metrics = run_lm_eval(loaded.model, loaded.tokenizer, seam.new_cache, list(task_cfg.tasks),
                           include_path=str(task_cfg.get("include_path") or SHIPPED_TASKS),
                           limit=task_cfg.get("limit"), batch_size=int(task_cfg.get("batch_size", 1)), max_length=ctx,
-                          seed=seed, refusal=scoring_refusal(seam.quantizer))
+                          seed=seed, quantizer=seam.quantizer, paths=paths)
     return metrics, []
 
 
@@ -135,4 +122,4 @@ class LmEval(Task):
     """Any lm-evaluation-harness task: configs/task/lm_eval.yaml's `_target_`."""
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
-        return evaluate(loaded, seam, self.cfg, ctx, seed)
+        return evaluate(loaded, seam, self.cfg, ctx, seed, paths)

@@ -52,14 +52,15 @@ def _lm_eval_cell(quantizer, tmp_path, task):
     return run_cell(cfg, ResultsStore(tmp_path))
 
 
-def test_loglikelihood_task_under_a_quantizer_is_refused_in_one_sentence(tmp_path):
-    from harness.pipeline import CellError
-    with pytest.raises(CellError, match="would not be measured") as err:
-        _lm_eval_cell("naive_int2", tmp_path, "toy_choice")
-    assert "\n" not in str(err.value)
-    assert not (tmp_path / "rows").exists(), "a refused cell writes no row"
+def test_perplexity_is_scored_in_quantized_context(tmp_path):
+    bf16 = {r["metric"]: r for r in _lm_eval_cell("bf16", tmp_path / "bf16", "toy_ppl")}
+    int2 = {r["metric"]: r for r in _lm_eval_cell("naive_int2", tmp_path / "int2", "toy_ppl")}
+    assert int2["toy_ppl/bits_per_byte"]["status"] == "ok"
+    assert int2["toy_ppl/bits_per_byte"]["value"] != pytest.approx(bf16["toy_ppl/bits_per_byte"]["value"], rel=1e-4)
+    assert int2["toy_ppl/bits_per_byte"]["run"]["decode_batches"]["quantized_context"] > 0   # the row says how
+    assert "quantized_context" not in bf16["toy_ppl/bits_per_byte"]["run"]["decode_batches"]
 
 
-def test_loglikelihood_task_runs_under_bf16(tmp_path):
-    rows = {r["metric"]: r for r in _lm_eval_cell("bf16", tmp_path, "toy_choice")}
+def test_loglikelihood_task_runs_under_a_quantizer(tmp_path):
+    rows = {r["metric"]: r for r in _lm_eval_cell("naive_int2", tmp_path, "toy_choice")}
     assert rows["toy_choice/acc"]["status"] == "ok"
