@@ -1,6 +1,10 @@
-"""Batched generation through the installed seam: left padding, stop strings, a progress bar.
+"""Batched generation through the installed seam: left padding, sampling, stop strings, a progress bar.
 
-    outputs = generate_outputs(model, tokenizer, examples, seam.new_cache, batch_size=4, static_decode="auto")
+    outputs = generate_outputs(model, tokenizer, examples, seam.new_cache, batch_size=4, static_decode="auto",
+                               sampling={"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}, seed=0)
+
+Both decode paths pick tokens with the same `harness.sampling.TokenChooser` (one random stream per example,
+seeded from the run seed and the example id), so an example's text does not depend on its batch or path.
 """
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from harness.static_cache import greedy_static, static_decode_refusal
+from harness.sampling import ChooserProcessor, TokenChooser, check_sampling, example_seeds
+from harness.static_cache import static_decode_refusal, static_generate
 
 STATIC_MODES = ("auto", "on", "off")
 
@@ -34,8 +39,8 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
 
 def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
                      stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off",
-                     paths: dict | None = None) -> list[str]:
-    """Generate one continuation per example (greedy unless `sampling` gives do_sample params).
+                     paths: dict | None = None, seed: int = 0) -> list[str]:
+    """Generate one continuation per example (greedy unless `sampling` says do_sample; `seed` seeds it).
 
     static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of harness.static_cache;
     refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
@@ -43,6 +48,7 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
     """
     if static_decode not in STATIC_MODES:
         raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
+    check_sampling(sampling)
     outputs: list[str] = [""] * len(examples)
     device = next(model.parameters()).device
     started = time.time()
@@ -53,18 +59,19 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             enc = {k: v.to(device) for k, v in enc.items()}
             max_new = examples[batch[0]].max_new_tokens
             cache = new_cache()
-            refusal = "off" if static_decode == "off" else \
-                static_decode_refusal(cache, sampling, enc["input_ids"].shape[1])
+            chooser = TokenChooser(sampling, example_seeds(seed, [examples[i].id for i in batch]), device)
+            refusal = "off" if static_decode == "off" else static_decode_refusal(cache, enc["input_ids"].shape[1])
             if paths is not None:
                 path = "static" if refusal is None else "generate"
                 paths[path] = paths.get(path, 0) + 1
             if refusal is None:
-                new_tokens = greedy_static(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
-                                           graph=device.type == "cuda")
+                new_tokens = static_generate(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
+                                             graph=device.type == "cuda", choose=chooser,
+                                             stopped=stop_watcher(tokenizer, stop))
             elif static_decode == "on":
                 raise ValueError(refusal)
             else:
-                new_tokens = _generate(model, tokenizer, enc, cache, max_new, sampling, stop)
+                new_tokens = _generate(model, tokenizer, enc, cache, max_new, chooser, stop)
             for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
                 outputs[i] = truncate_at_stop(text, stop)
             bar.update(len(batch))
@@ -72,15 +79,34 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
     return outputs
 
 
-def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, sampling: dict | None, stop) -> torch.Tensor:
-    """transformers' generate through the seam's cache -> the new tokens [B, <= max_new_tokens]."""
-    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-    gen_kwargs.update(sampling or {"do_sample": False})
+def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, chooser: TokenChooser, stop) -> torch.Tensor:
+    """transformers' generate through the seam's cache -> the new tokens [B, <= max_new_tokens].
+
+    generate decodes greedily over the chooser's scores, so a sampling chooser picks every token.
+    """
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    if chooser.sample:
+        gen_kwargs["logits_processor"] = [ChooserProcessor(chooser)]
     if stop:
         gen_kwargs.update(stop_strings=stop, tokenizer=tokenizer)
     with torch.inference_mode():
         out = model.generate(**enc, past_key_values=cache, **gen_kwargs)
     return out[:, enc["input_ids"].shape[1]:]
+
+
+STOP_WINDOW = 32     # tokens decoded per check: a stop string ends within the 8 tokens since the last check
+
+
+def stop_watcher(tokenizer, stop: list[str] | None):
+    """For static_generate: the tokens so far (a list of [B]) -> bool [B], whose recent text holds a stop string."""
+    if not stop:
+        return None
+
+    def stopped(tokens: list[torch.Tensor]) -> torch.Tensor:
+        tail = torch.stack(tokens[-STOP_WINDOW:], dim=1).tolist()                     # [B, <= STOP_WINDOW]
+        texts = tokenizer.batch_decode(tail, skip_special_tokens=True)
+        return torch.tensor([any(s and s in text for s in stop) for text in texts], device=tokens[0].device)
+    return stopped
 
 
 def _eos_ids(model) -> list[int]:

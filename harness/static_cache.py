@@ -3,7 +3,7 @@
     state = freeze(cache, max_new_tokens, attention_mask)        # after the prefill (eager)
     step = DecodeStep(model, cache, state, graph=True)           # CUDA: captured on its second call
     logits = step(next_ids, position_ids)                        # [B, 1, V], one token per sequence
-    tokens = greedy_static(model, enc, cache, max_new_tokens, eos_ids, pad_id, graph=True)   # all of the above
+    tokens = static_generate(model, enc, cache, max_new_tokens, eos_ids, pad_id, graph=True)  # all of the above
 
 `freeze` gives every full-attention layer a full-precision buffer of sink + recent + page rows and a
 packed history sized for the whole generation, and puts the lengths the decode kernel reads in device
@@ -207,10 +207,8 @@ class DecodeStep:
             self.logits = self._forward()
 
 
-def static_decode_refusal(cache, sampling: dict | None, prompt_tokens: int) -> str | None:
-    """Why `greedy_static` cannot serve this generation (one sentence), or None when it can."""
-    if sampling and sampling.get("do_sample"):
-        return "static decode is greedy only (sampling was asked for)."
+def static_decode_refusal(cache, prompt_tokens: int) -> str | None:
+    """Why `static_generate` cannot serve this generation (one sentence), or None when it can."""
     return _cache_refusal(list(getattr(cache, "layers", [])), prompt_tokens)
 
 
@@ -227,15 +225,19 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
     return None
 
 
-def greedy_static(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int,
-                  graph: bool) -> torch.Tensor:
-    """Greedy generation like `model.generate(do_sample=False)`: eager prefill, then frozen-cache decode steps.
+def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int, graph: bool,
+                    choose=None, stopped=None) -> torch.Tensor:
+    """Generation like `model.generate`: eager prefill, then frozen-cache decode steps.
 
-    enc: input_ids / attention_mask [B, T] (left padding). Returns the new tokens [B, <= max_new_tokens]; a
-    sequence that produced an EOS id gets pad_id afterwards, and decoding stops once all have.
+    enc: input_ids / attention_mask [B, T] (left padding). choose: logits [B, V] -> tokens [B] (greedy when
+    None; a harness.sampling.TokenChooser samples). stopped: the tokens so far (a list of [B]) -> bool [B],
+    the sequences whose text reached a stop string, asked every 8 steps. Returns the new tokens
+    [B, <= max_new_tokens]; a sequence that produced an EOS id (or stopped) gets pad_id afterwards, and
+    decoding ends once all have.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+    choose = choose or (lambda logits: logits.argmax(-1))
     mask = enc["attention_mask"]
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
     with torch.inference_mode():
@@ -247,10 +249,15 @@ def greedy_static(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[in
     done = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
     tokens = []
     for i in range(max_new_tokens):
-        token = torch.where(done, pad_id, logits.argmax(-1))                      # [B]
+        token = torch.where(done, pad_id, choose(logits))                         # [B]
         tokens.append(token)
         done |= torch.isin(token, eos)
-        if i == max_new_tokens - 1 or (i % 8 == 7 and bool(done.all())):          # a host sync every 8 steps
+        if i == max_new_tokens - 1:
             break
+        if i % 8 == 7:                                                             # a host sync every 8 steps
+            if stopped is not None:
+                done |= stopped(tokens)
+            if bool(done.all()):
+                break
         logits = step(token[:, None], next_position + i)[:, -1]
     return torch.stack(tokens, dim=1)

@@ -93,7 +93,8 @@ class GenerationTask(Task):
         outputs = generate_outputs(loaded.model, loaded.tokenizer, examples, seam.new_cache,
                                    batch_size=int(self.cfg.get("batch_size", 1)),
                                    sampling=self.cfg.get("sampling"), stop=list(self.cfg.get("stop") or []),
-                                   desc=self.name, static_decode=static_decode, paths=paths)
+                                   desc=self.name, static_decode=static_decode, paths=paths,
+                                   seed=seed)
         records = [Record(ex.id, out, float(self.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]),
                           ex.meta) for ex, out in zip(examples, outputs)]
         return self.aggregate(records), records

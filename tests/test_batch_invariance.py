@@ -9,7 +9,7 @@ import torch
 
 from harness.quantizer import build_quantizer, known_quantizers
 from harness.seam import install
-from harness.static_cache import greedy_static
+from harness.static_cache import static_generate
 
 PROMPT = "The grass is green and the sky is blue. The magic number is 4213. Remember it well, " * 3
 LONGER = ["A much longer neighbour that pads the batch: " + "words and more words, " * 12 + PROMPT,
@@ -49,7 +49,7 @@ def _static(model, tok, quantizer, prompts):
     """New tokens [B, STEPS] of the frozen cache (CUDA graph on a GPU)."""
     enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam:
-        return greedy_static(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA)
+        return static_generate(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA)
 
 
 def _assert_same(alone, batched):

@@ -167,14 +167,30 @@ def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, mo
     assert paths == {"generate": 1, "static": 1}
 
 
-def test_static_decode_on_refuses_sampling_and_reference_caches(tiny, tmp_path, monkeypatch):
+def test_sampling_is_seeded_per_example_and_the_same_on_both_paths(tiny, tmp_path, monkeypatch):
+    """Sampled text depends on (seed, example) only: not on the decode path, the batch, or the other examples."""
+    from harness.task import Example
+    from harness.generate import generate_outputs
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    examples = [Example(str(i), p, [], max_new_tokens=STEPS) for i, p in enumerate(PROMPTS)]
+    sampling = {"do_sample": True, "temperature": 1.5, "top_p": 0.95, "top_k": 50}
+    with install(model, quantizer, kernels="triton") as seam:
+        def run(exs, seed, mode, batch_size=2):
+            return generate_outputs(model, tok, exs, seam.new_cache, batch_size=batch_size, sampling=sampling,
+                                    static_decode=mode, seed=seed)
+        static, eager = run(examples, 0, "on"), run(examples, 0, "off")
+        alone = run(examples[1:2], 0, "on", batch_size=1)
+        other_seed = run(examples, 1, "on")
+    assert static == eager and any(static)
+    assert alone == static[1:2]
+    assert other_seed != static
+
+
+def test_static_decode_on_refuses_reference_caches(tiny, tmp_path, monkeypatch):
     from harness.task import Example
     from harness.generate import generate_outputs
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
     examples = [Example("0", PROMPTS[0], [], max_new_tokens=4)]
-    with install(model, quantizer, kernels="triton") as seam:
-        with pytest.raises(ValueError, match="greedy only"):
-            generate_outputs(model, tok, examples, seam.new_cache, sampling={"do_sample": True}, static_decode="on")
     with install(model, quantizer, kernels="reference") as seam:
         with pytest.raises(ValueError, match="kernel path"):
             generate_outputs(model, tok, examples, seam.new_cache, static_decode="on")
