@@ -84,8 +84,9 @@ def validate(cfg: DictConfig) -> CellPlan:
                         f"does not support (supported: {', '.join(SUPPORTED_MODEL_TYPES)}).")
     max_pos = int(cfg.model.get("max_positions") or 0)
     if max_pos and cfg.ctx.tokens > max_pos:
-        raise CellError(f"ctx={cfg.ctx.name} ({cfg.ctx.tokens} tokens) exceeds model '{cfg.model.name}''s "
-                        f"{max_pos} positions.")
+        from harness.model_catalog import context_refusal
+        raise CellError(context_refusal(cfg.model.name, cfg.ctx.name, int(cfg.ctx.tokens), max_pos,
+                                        f"quantizer={cfg.quantizer.name} task={cfg.task.name}"))
     task = build_task(cfg.task)
     key, full = cell_definition(cfg)
     return CellPlan(cfg, quantizer, task, key, full)

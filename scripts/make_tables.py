@@ -6,8 +6,9 @@
 Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md and <name>.tex
 (booktabs), plus bench.md with every results/bench/*.md verbatim. Only status=ok rows count; seeds
 are averaged; cells that were not run print as "–". For the default store (results/ into
-results/tables) it also rewrites the README's headline table between its markers. The logic lives
-in report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
+results/tables) it also rewrites the README's headline table between its markers; every run refreshes the
+generated tables that README.md and docs/*.md include (report/includes.py). The logic lives in
+report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
 Rows that ran from a modified tree (git_sha ...-dirty) are refused unless --allow-dirty; the tables then
 say how many cells did.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from report.includes import documents, refresh_includes  # noqa: E402
 from report.store import load_rows  # noqa: E402
 from report.tables import headline_markdown, splice_headline, write_tables  # noqa: E402
 
@@ -43,6 +45,20 @@ def main() -> None:
         readme = ROOT / "README.md"
         readme.write_text(splice_headline(readme.read_text(), headline_markdown(rows)))
         print(f"wrote {readme} (headline table)")
+    refresh_documents()
+
+
+def refresh_documents() -> None:
+    """Re-include the committed generated tables wherever README.md or docs/*.md include them."""
+    for doc in documents(ROOT):
+        text = doc.read_text()
+        try:
+            fresh = refresh_includes(text, ROOT)
+        except ValueError as err:
+            sys.exit(f"error: {doc.relative_to(ROOT)}: {err}")
+        if fresh != text:
+            doc.write_text(fresh)
+            print(f"wrote {doc} (included tables)")
 
 
 if __name__ == "__main__":

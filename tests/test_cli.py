@@ -35,6 +35,17 @@ def test_bad_input_fails_fast_with_one_sentence(tmp_path, overrides, needle):
     assert not (tmp_path / "rows").exists()
 
 
+def test_the_headline_command_on_the_default_model_suggests_a_runnable_one(tmp_path):
+    """`python run.py quantizer=oscar task=ruler_niah ctx=128k`: one sentence naming the models that reach
+    128k and a random-weight dry-run command with the same settings; nothing written."""
+    proc = run("quantizer=oscar", "task=ruler_niah", "ctx=128k", results_dir=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "qwen3_8b (Qwen/Qwen3-8B)" in line and "gemma3_270m" in line and "smollm2" not in line
+    assert line.endswith("python run.py model=qwen3_8b model.source=random quantizer=oscar task=ruler_niah ctx=128k")
+    assert not (tmp_path / "rows").exists()
+
+
 def test_tiny_run_writes_rows_then_skips(tmp_path):
     first = run("debug=tiny", results_dir=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]

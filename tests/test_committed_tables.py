@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from report.includes import documents, refresh_includes
 from report.plots import write_plots
 from report.store import load_rows
 from report.tables import (HEADLINE_BEGIN, HEADLINE_END, check_clean, headline_markdown, splice_headline,
@@ -65,3 +66,17 @@ def test_readme_headline_table_is_the_generated_one():
     assert HEADLINE_BEGIN in readme and HEADLINE_END in readme
     assert splice_headline(readme, headline_markdown(load_rows(ROOT / "results"))) == readme, \
         "regenerate with: python scripts/make_tables.py"
+
+
+def test_tables_included_in_the_docs_are_the_generated_ones():
+    stale = [doc.name for doc in documents(ROOT) if refresh_includes(doc.read_text(), ROOT) != doc.read_text()]
+    assert stale == [], "regenerate with: python scripts/make_tables.py"
+
+
+def test_an_include_copies_the_file_with_deeper_headings(tmp_path):
+    (tmp_path / "t.md").write_text("# Title\n\n| a |\n|---|\n| 1 |\n")
+    doc = "intro\n<!-- include:t.md:begin (generated) -->\nold numbers\n<!-- include:t.md:end -->\noutro\n"
+    assert refresh_includes(doc, tmp_path) == ("intro\n<!-- include:t.md:begin (generated) -->\n### Title\n\n"
+                                               "| a |\n|---|\n| 1 |\n<!-- include:t.md:end -->\noutro\n")
+    with pytest.raises(ValueError, match="no such file"):
+        refresh_includes(doc.replace("t.md", "u.md"), tmp_path)
