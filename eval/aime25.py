@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import re
 
-from eval.boxed import last_boxed
+from eval.boxed import INSTRUCTION, boxed_prompt, last_boxed
 from eval.data import load_rows
-from eval.reasoning import budgeted_example, pass_metrics, render_turn
+from eval.reasoning import budgeted_example, pass_metrics
 from harness.task import Example, GenerationTask
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _TEXT_WRAPPER = re.compile(r"\\(?:text|mathrm|textbf)\{([^{}]*)\}")
 _INTEGER = re.compile(r"-?\d+")
+__all__ = ["INSTRUCTION", "Aime25", "build_examples", "extract_answer", "score", "aggregate"]
 
 
 # ----------------------------------------------------------------------------- data
@@ -28,12 +28,6 @@ def load_problems(data_path: str | None, hf_dataset: str, split: str, revision: 
     rows = load_rows("AIME", data_path, ("problem", "answer", "id"), path=hf_dataset, split=split, revision=revision)
     return [{"problem": row["problem"], "answer": row["answer"], "id": str(row.get("id", index))}
             for index, row in enumerate(rows)]
-
-
-def render_prompt(tokenizer, problem: str, chat: bool, enable_thinking: bool) -> str:
-    """One user turn (chat) or a Question/Answer completion prompt."""
-    return render_turn(tokenizer, f"{problem}\n{INSTRUCTION}", chat, enable_thinking,
-                       plain=f"Question: {problem}\n{INSTRUCTION}\nAnswer:")
 
 
 def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, data_path: str | None = None,
@@ -50,7 +44,7 @@ def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, d
         answer = normalize_integer(str(row["answer"]))
         if answer is None:
             raise ValueError(f"AIME problem {row['id']} has a non-integer answer {row['answer']!r}.")
-        prompt = render_prompt(tokenizer, row["problem"], chat, enable_thinking)
+        prompt = boxed_prompt(tokenizer, row["problem"], chat, enable_thinking)
         examples.append(budgeted_example(tokenizer, row["id"], prompt, [str(answer)], ctx, max_new_tokens,
                                          thinking=bool(chat and enable_thinking)))
     return examples

@@ -1,13 +1,15 @@
-r"""The final answer of a boxed-answer task: the last complete \boxed{...} after the last `</think>`.
+r"""Boxed-answer tasks (AIME25: integers, MATH-500: LaTeX): Qwen3's prompt and the final \boxed{...}.
 
-Shared by AIME25 (integer answers) and MATH-500 (LaTeX answers).
+The prompt is the problem followed by Qwen3's instruction to reason step by step and box the final
+answer; the answer is the last complete \boxed{...} after the last `</think>`.
 """
 from __future__ import annotations
 
 import re
 
-from eval.reasoning import after_thinking
+from eval.reasoning import after_thinking, render_turn
 
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\{")
 
 
@@ -28,3 +30,9 @@ def last_boxed(text: str) -> str | None:
     r"""The last complete \boxed{} after the last `</think>` (the whole text without one); None if none."""
     boxes = box_contents(after_thinking(text))
     return boxes[-1] if boxes else None
+
+
+def boxed_prompt(tokenizer, problem: str, chat: bool, enable_thinking: bool) -> str:
+    """One user turn, problem + instruction (chat), or a Question/Answer completion prompt."""
+    return render_turn(tokenizer, f"{problem}\n{INSTRUCTION}", chat, enable_thinking,
+                       plain=f"Question: {problem}\n{INSTRUCTION}\nAnswer:")
