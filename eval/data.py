@@ -8,15 +8,19 @@ import json
 from pathlib import Path
 
 
-def load_rows(task: str, data_path: str | None, fields: tuple[str, ...], **hub) -> list[dict]:
-    """Every row of `data_path` (one JSON object a line), else of `datasets.load_dataset(**hub)`."""
+def load_rows(task: str, data_path: str | None, fields: tuple[str, ...], source: str | None = None,
+              **hub) -> list[dict]:
+    """Every row of `data_path` (one JSON object a line), else of `datasets.load_dataset(**hub)`.
+
+    `source` names the hub data set in the error (default: `hub["path"]`).
+    """
     if data_path:
         return read_jsonl(task, data_path)
     import datasets
     try:
         return list(datasets.load_dataset(**hub))
     except Exception as err:       # offline, gated, unknown repo, ...: one actionable sentence instead of a stack
-        raise ValueError(f"{task} data '{hub.get('path')}' could not be loaded ({type(err).__name__}); "
+        raise ValueError(f"{task} data '{source or hub.get('path')}' could not be loaded ({type(err).__name__}); "
                          f"set task.data_path=<a local JSONL of {{{', '.join(fields)}}}>.") from err
 
 
