@@ -47,5 +47,6 @@ def pass_metrics(name: str, records) -> dict[str, float]:
     metrics = {f"{name}_pass1": 100.0 * sum(r.score for r in records) / len(records)}
     thinking = [r for r in records if r.meta.get("thinking")]
     if thinking:
-        metrics[f"{name}_unfinished_thinking"] = 100.0 * sum(THINK_END not in r.output for r in thinking) / len(thinking)
+        unfinished = sum(THINK_END not in r.output for r in thinking)
+        metrics[f"{name}_unfinished_thinking"] = 100.0 * unfinished / len(thinking)
     return metrics

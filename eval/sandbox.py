@@ -50,9 +50,10 @@ class Outcome:
 
 def run_python(source: str, stdin: str = "", limits: Limits = Limits(), as_main: bool = True) -> Outcome:
     """Run `source` as main.py (`__name__` is "__main__" unless `as_main` is false) with `stdin`."""
-    with tempfile.TemporaryDirectory(prefix="oscar-run-") as work, tempfile.TemporaryDirectory(prefix="oscar-io-") as io_dir:
+    with tempfile.TemporaryDirectory(prefix="oscar-run-") as work, \
+            tempfile.TemporaryDirectory(prefix="oscar-io-") as streams_dir:
         Path(work, "main.py").write_text(source, encoding="utf-8")
-        streams = Path(io_dir)
+        streams = Path(streams_dir)
         (streams / "stdin").write_text(stdin, encoding="utf-8")
         config = {"cpu_s": math.ceil(limits.timeout_s) + 1, "memory_bytes": limits.memory_mb * 2**20,
                   "file_bytes": limits.output_mb * 2**20, "as_main": as_main}
@@ -62,8 +63,13 @@ def run_python(source: str, stdin: str = "", limits: Limits = Limits(), as_main:
                                        stdout=out, stderr=err, cwd=work, env=dict(_ENV_KEEP, HOME=work, TMPDIR=work),
                                        start_new_session=True)
             timed_out = _wait(process, limits.timeout_s)
-        read = lambda name: (streams / name).read_bytes()[:limits.output_mb * 2**20].decode("utf-8", "replace")
-        return Outcome(_status(process.returncode, timed_out), process.returncode, read("stdout"), read("stderr"))
+        stdout, stderr = (_read(streams / name, limits.output_mb) for name in ("stdout", "stderr"))
+        return Outcome(_status(process.returncode, timed_out), process.returncode, stdout, stderr)
+
+
+def _read(path: Path, limit_mb: int) -> str:
+    """At most `limit_mb` MiB of a captured stream, as text."""
+    return path.read_bytes()[:limit_mb * 2**20].decode("utf-8", "replace")
 
 
 def _wait(process: subprocess.Popen, timeout_s: float) -> bool:

@@ -62,7 +62,8 @@ def test_score_runs_the_tests_in_the_sandbox(problems, output, passed):
 
 
 def test_prompt_helpers_stay_available_to_a_whole_function(problems):
-    assert humaneval.score(problems[1], answer("def count_vowels(text):\n    return sum(map(_is_vowel, text))\n")) == 1.0
+    helper = answer("def count_vowels(text):\n    return sum(map(_is_vowel, text))\n")     # _is_vowel: the prompt's
+    assert humaneval.score(problems[1], helper) == 1.0
     assert humaneval.score(problems[1], answer("def count_vowels(text):\n    return len(text)\n")) == 0.0
 
 

@@ -55,7 +55,8 @@ def test_prompts_are_the_official_ones(tok, problems):
     assert f"### Format: {livecodebench.WITH_STARTER}\n{FENCE}python\nclass Solution:" in functional.prompt
     assert functional.meta["func_name"] == "addToAll" and functional.meta["tests"] == 3
     [chat] = livecodebench.build_examples(tok, 40000, 1, 0, chat=True, data_path=FIXTURE)
-    assert chat.prompt.startswith(f"<|im_start|>system\n{livecodebench.SYSTEM}<|im_end|>\n<|im_start|>user\n### Question:")
+    assert chat.prompt.startswith(f"<|im_start|>system\n{livecodebench.SYSTEM}<|im_end|>\n"
+                                  "<|im_start|>user\n### Question:")
     assert chat.meta["thinking"] is True and chat.max_new_tokens == 32768
 
 
@@ -97,8 +98,9 @@ def test_score_runs_every_test_in_the_sandbox(problems, which, code, passed):
     assert livecodebench.score(problems[which], answer(code)) == passed
 
 
-@pytest.mark.parametrize("output", ["</think>no code at all", "<think>" + FENCE + "python\n" + SUM + FENCE + "</think>ok",
-                                    f"</think>{FENCE}python\n{SUM}"])                       # unclosed fence
+@pytest.mark.parametrize("output", ["</think>no code at all",
+                                    "<think>" + FENCE + "python\n" + SUM + FENCE + "</think>ok",   # code in the thought
+                                    f"</think>{FENCE}python\n{SUM}"])                               # unclosed fence
 def test_malformed_answers_fail(problems, output):
     assert livecodebench.score(problems[0], output) == 0.0
 
