@@ -50,7 +50,7 @@ def test_generation_budget_is_cut_to_ctx_and_tiny_ctx_raises(tok):
 def test_missing_data_raises_one_clear_error(tok, tmp_path):
     with pytest.raises(ValueError, match="data_path"):
         aime25.build_examples(tok, 40000, 1, seed=0, data_path=str(tmp_path / "nope.jsonl"))
-    with pytest.raises(ValueError, match="set data_path"):      # the hub is offline in tests
+    with pytest.raises(ValueError, match="set task.data_path="):      # the hub is offline in tests
         aime25.build_examples(tok, 40000, 1, seed=0, hf_dataset="oscar-test/definitely-missing")
 
 
