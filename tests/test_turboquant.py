@@ -75,13 +75,19 @@ def test_key_error_is_the_lloyd_max_distortion_and_below_uniform_int3():
 
 
 def test_keys_beat_naive_int3_on_outlier_channels():
-    """Three axis-aligned channels 20x larger: unrotated min-max INT3 spends its range on them (step ~ 15),
-    the rotation spreads them, and the codebook error stays ~0.0345 |x|^2 / D (~0.35 here)."""
+    """Three axis-aligned channels 20x larger: unrotated min-max INT3 spends its range on them (error 2.8),
+    the rotation spreads them, and the codebook error stays ~0.0345 |x|^2 / D (0.31 here).
+
+    But min-max INT3 after the same Hadamard does better (0.28): each rotated coordinate is then about one of
+    eight +-sums of the three channels, not Gaussian, so the Gaussian codebook is not optimal for it
+    (docs/known_limits.md)."""
     k = torch.randn(1, 1, 4096, 128, generator=torch.Generator().manual_seed(1))
     k[..., [3, 50, 97]] *= 20.0
     rotated, k_hat = _round_trip(_quantizer(), k)
+    error = (k_hat - rotated).pow(2).mean()
     naive = dequantize(quantize(k, QuantSpec(bits=3, group=128)))
-    assert (k_hat - rotated).pow(2).mean() < 0.2 * (naive - k).pow(2).mean()
+    assert error < 0.2 * (naive - k).pow(2).mean()
+    assert error > (dequantize(quantize(rotated, QuantSpec(bits=3, group=128))) - rotated).pow(2).mean()
 
 
 def test_norm_correction_keeps_the_stored_norm():
