@@ -51,7 +51,8 @@ class TurboSpec:
         if self.bits not in TIGHT_BITS:
             raise ValueError(f"TurboQuant codes are {TIGHT_BITS} bits, got {self.bits}.")
         if self.group % CODES_PER_WORD:
-            raise ValueError(f"TurboQuant packs {CODES_PER_WORD} codes at a time; head_dim {self.group} is not a multiple.")
+            raise ValueError(f"TurboQuant packs {CODES_PER_WORD} codes at a time; head_dim {self.group} "
+                             "is not a multiple of that.")
 
     @property
     def torch_scale_dtype(self) -> torch.dtype:
