@@ -51,6 +51,11 @@ class KVQuantizer:
         """R_V [D, D]: v_proj is folded so v' = v @ R_V, and the attention output is mapped back by R_V^T."""
         return None
 
+    def for_layer(self, layer_idx: int, num_layers: int) -> "KVQuantizer":
+        """The quantizer that stores layer `layer_idx` of `num_layers`: this one, unless a subclass leaves some
+        layers in full precision (TurboQuant's `skip_boundary_layers` returns the identity for those)."""
+        return self
+
     def key_offset(self, layer_idx: int) -> torch.Tensor | None:
         """[H_kv, D] subtracted from every stored key (after R_K), or None.
 

@@ -175,12 +175,13 @@ class Seam:
         (or the quantizer's own cache, e.g. transformers' QuantizedCache)."""
         if hasattr(self.quantizer, "build_cache"):
             return self.quantizer.build_cache(self.model)
-        layers, step_memo = [], {}
-        for idx, kind in enumerate(self.layer_types()):
+        layers, step_memo, kinds = [], {}, self.layer_types()
+        for idx, kind in enumerate(kinds):
             if kind == "sliding_attention":
                 layers.append(DynamicSlidingWindowLayer(sliding_window=self.model.config.sliding_window))
             else:
-                layers.append(ThreeRegionLayer(self.quantizer, idx, use_kernels=self.use_kernels, step_memo=step_memo))
+                layers.append(ThreeRegionLayer(self.quantizer.for_layer(idx, len(kinds)), idx,
+                                               use_kernels=self.use_kernels, step_memo=step_memo))
         return Cache(layers=layers)
 
     def apply(self) -> "Seam":
@@ -191,7 +192,7 @@ class Seam:
         for module in self.modules:
             if kinds[module.layer_idx] == "sliding_attention":
                 continue                      # sliding layers stay full precision and unrotated
-            rotation = self.quantizer.value_rotation(module.layer_idx)
+            rotation = self.quantizer.for_layer(module.layer_idx, len(kinds)).value_rotation(module.layer_idx)
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
         self.model.set_attn_implementation(ATTN_NAME)

@@ -28,7 +28,7 @@ from report.tables import (FIDELITY_METRICS, HEADLINE_METRICS, Stat, Summary, ct
 # One colour per quantizer in every figure (Okabe-Ito based; INT2/INT4 siblings share a hue).
 QUANTIZER_COLOURS = {"bf16": "#000000", "int4": "#56B4E9", "saw_int4": "#0072B2", "quarot_int4": "#7FCDB4",
                      "quarot_int2": "#009E73", "kivi4": "#F2C572", "kivi2": "#E69F00", "naive_int2": "#999999",
-                     "oscar": "#D55E00"}
+                     "oscar": "#D55E00", "turboquant_k3v3": "#8C6BB1"}
 FALLBACK_COLOUR = "#CC79A7"
 # Decode kernels in the benchmark JSON -> (quantizer whose colour they take, legend label). Every INT2 cache
 # (OSCAR's included) decodes with the one INT2 kernel, drawn in OSCAR's colour.

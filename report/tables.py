@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-QUANTIZER_ORDER = ("bf16", "int4", "saw_int4", "quarot_int4", "kivi4", "kivi2", "quarot_int2", "naive_int2", "oscar")
+QUANTIZER_ORDER = ("bf16", "int4", "saw_int4", "quarot_int4", "kivi4", "turboquant_k3v3", "kivi2", "quarot_int2",
+                   "naive_int2", "oscar")
 QUANTIZER_LABELS = {"bf16": "BF16", "int4": "INT4", "saw_int4": "Saw-INT4", "quarot_int4": "QuaRot-INT4",
-                    "kivi4": "KIVI-4", "kivi2": "KIVI-2", "quarot_int2": "QuaRot-INT2", "naive_int2": "Naive INT2",
-                    "oscar": "OSCAR"}
+                    "kivi4": "KIVI-4", "turboquant_k3v3": "TurboQuant K3V3", "kivi2": "KIVI-2",
+                    "quarot_int2": "QuaRot-INT2", "naive_int2": "Naive INT2", "oscar": "OSCAR"}
 # Accuracy tasks of the main table, in column order: task -> (headline metric, column label). Scores are 0..100.
 HEADLINE_METRICS = {"ruler_niah": ("ruler_niah", "RULER-NIAH"), "longbench": ("longbench", "LongBench"),
                     "aime25": ("aime25_pass1", "AIME25")}
