@@ -13,7 +13,8 @@ import json
 import re
 from pathlib import Path
 
-from harness.task import Example, GenerationTask
+from harness.checks import integer_option
+from harness.task import Example, GenerationTask, check_task_data
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 THINK_END = "</think>"
@@ -125,3 +126,11 @@ class Aime25(GenerationTask):
     """AIME 2025, pass@1: configs/task/aime25.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    samples_zero_means_all = True
+
+    def validate(self) -> None:
+        """The data is reachable (a local data_path, or the hub), and the generation budget is positive."""
+        super().validate()
+        check_task_data(self.name, self.cfg.get("data_path"), self.cfg.get("hf_dataset", "math-ai/aime25"),
+                        "tests/fixtures/aime_tiny.jsonl")
+        integer_option(self.cfg.get("max_new_tokens", 32768), "task.max_new_tokens", minimum=1)
