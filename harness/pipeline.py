@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,11 +124,9 @@ def validate(cfg: DictConfig) -> CellPlan:
 
 
 def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    """python, numpy and torch (every device) seeded by transformers' own helper."""
+    from transformers import set_seed
+    set_seed(seed)
 
 
 def resolve_device(name: str) -> str:

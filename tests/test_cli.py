@@ -36,8 +36,9 @@ def test_bad_input_fails_fast_with_one_sentence(tmp_path, overrides, needle):
 
 
 def test_tiny_run_writes_rows_then_skips(tmp_path):
-    first = run("debug=tiny", results_dir=tmp_path)
+    first = run("debug=tiny", "quantizer=oscar", "quantizer=bf16", results_dir=tmp_path)   # the later one wins
     assert first.returncode == 0, first.stderr[-2000:]
+    assert "model=tiny_qwen3 quantizer=bf16 task=ruler_niah ctx=4k" in first.stdout      # said before it runs
     files = list((tmp_path / "rows").glob("*/*.jsonl"))
     assert len(files) == 1
     rows = [json.loads(line) for line in files[0].read_text().splitlines()]
