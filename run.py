@@ -4,21 +4,40 @@
     python run.py quantizer=oscar task=ruler_niah ctx=8k
     python run.py -m quantizer=bf16,naive_int2 ctx=4k,8k
     python run.py debug=tiny                        # 2-layer random model, a handful of examples
+
+A failure is one line on stderr (HYDRA_FULL_ERROR=1 shows the traceback) and a non-zero exit: 2 for bad
+input (nothing written), 1 for a cell that failed while running (its rows say status=error). A sweep goes
+on past a failed cell and exits non-zero at the end, naming every cell that failed.
 """
 import sys
-from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+try:
+    import logging
+    import os
+    from pathlib import Path
 
-from harness.pipeline import CellError, run_cell
-from report.store import ResultsStore
-from report.summary import print_summary
-from report.wandb_logger import log_cell
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import CompactHydraException
+    from hydra.types import RunMode
+    from omegaconf import DictConfig
+
+    from harness.pipeline import CellError, run_cell
+    from report.store import ResultsStore
+    from report.summary import summary_text
+    from report.wandb_logger import log_cell, log_failure
+except KeyboardInterrupt:
+    print("interrupted while starting; nothing was run.", file=sys.stderr)
+    sys.exit(130)
 
 REPO_ROOT = Path(__file__).resolve().parent
+CONFIG_GROUPS = ("model", "quantizer", "task", "ctx", "logger", "debug", "experiment")
+log = logging.getLogger("run")
+FAILED: list[str] = []          # the failed cells of this sweep (launchers that run the cells in this process)
+
+
+class CellFailed(CompactHydraException):
+    """A sweep's cell failed; Hydra's sweeper raises the first one after every cell ran (one line, no traceback)."""
 
 
 def results_store(results_dir: str) -> ResultsStore:
@@ -27,21 +46,87 @@ def results_store(results_dir: str) -> ResultsStore:
     return ResultsStore(path if path.is_absolute() else REPO_ROOT / path)
 
 
+def bad_group_choice(argv: list[str]) -> str | None:
+    """One sentence for `group=value` naming no config file of a group (Hydra itself crashes on `ctx=0`)."""
+    for arg in argv:
+        group, sep, value = arg.partition("=")
+        if not sep or group not in CONFIG_GROUPS or value in ("", "null") or any(c in value for c in ",()[]{}"):
+            continue
+        folder = REPO_ROOT / "configs" / group
+        if not (folder / f"{value}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+            return f"{group}={value} names no config in configs/{group}/; known: {known}."
+    return None
+
+
+def report(message: str) -> None:
+    """One line on stderr, and the same line in the job's log file (Hydra's file handler), if there is one."""
+    print(message, file=sys.stderr)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def cell_name(cfg: DictConfig) -> str:
+    return (f"model={cfg.model.name} quantizer={cfg.quantizer.name} task={cfg.task.name} ctx={cfg.ctx.name} "
+            f"seed={cfg.seed}")
+
+
+def fail(cfg: DictConfig, err: Exception, logged: bool) -> None:
+    """Report a failed cell in one line; a single run exits (2: bad input, 1: failed while running), a sweep
+    records it and raises CellFailed, so that the job counts as failed (SLURM too) and the sweep goes on.
+    `logged`: an error row was written (the cell ran), so the failure goes to the experiment logger too."""
+    bad_input = isinstance(err, CellError)
+    detail = str(err) if bad_input else f"{type(err).__name__}: {err}"
+    line = f"error: {cell_name(cfg)}: {detail}" + (" (its rows say status=error)" if logged else "")
+    if logged:
+        log_failure(cfg, detail, group=sweep_group())
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        report(line)
+        FAILED.append(line)
+        raise CellFailed(f"a cell of this sweep failed ({len(FAILED)} so far); the other cells ran") from None
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    report(line)
+    sys.exit(2 if bad_input else 1)
+
+
+def sweep_group() -> str | None:
+    """The wandb group of this job: its sweep (multirun folder), or None for a single run."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    return "sweep-" + "_".join(Path(hydra_cfg.sweep.dir).parts[-2:])
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
+    store = results_store(cfg.results_dir)
     try:
-        rows = run_cell(cfg, results_store(cfg.results_dir))
-    except CellError as err:
-        print(f"error: {err}", file=sys.stderr)
+        rows = run_cell(cfg, store)
+    except Exception as err:
+        fail(cfg, err, logged=bool(store.written))
+    log.info(summary_text(rows))
+    if store.written:                      # computed here, not skipped: log it (once)
+        log_cell(cfg, rows, store.records(rows[0]["task"], rows[0]["cell"]), group=sweep_group())
+
+
+def entry() -> None:
+    """run.py's command line: group names checked first, Ctrl-C one line, a sweep's failed cells named at the end."""
+    problem = bad_group_choice(sys.argv[1:])
+    if problem:
+        report(f"error: {problem}")
         sys.exit(2)
-    except Exception as err:  # in a sweep, a failed cell (already recorded as status=error) must not stop the rest
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            raise
-        print(f"[error] cell failed and was recorded; the sweep goes on: {type(err).__name__}: {err}", file=sys.stderr)
-        return
-    print_summary(rows)
-    log_cell(cfg, rows)
+    try:
+        main()
+    except KeyboardInterrupt:
+        report("interrupted; finished cells keep their rows, a re-run skips them.")
+        sys.exit(130)
+    finally:
+        if FAILED:
+            report(f"{len(FAILED)} cell(s) of this sweep failed:\n  " + "\n  ".join(FAILED))
 
 
 if __name__ == "__main__":
-    main()
+    entry()

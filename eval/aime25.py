@@ -14,8 +14,8 @@ import re
 
 from eval.boxed import INSTRUCTION, boxed_prompt, last_boxed
 from eval.data import load_rows
-from eval.reasoning import budgeted_example, pass_metrics
-from harness.task import Example, GenerationTask
+from eval.reasoning import ReasoningTask, budgeted_example, pass_metrics
+from harness.task import Example
 
 _TEXT_WRAPPER = re.compile(r"\\(?:text|mathrm|textbf)\{([^{}]*)\}")
 _INTEGER = re.compile(r"-?\d+")
@@ -75,7 +75,8 @@ def aggregate(records) -> dict[str, float]:
     return pass_metrics("aime25", records)
 
 
-class Aime25(GenerationTask):
+class Aime25(ReasoningTask):
     """AIME 2025, pass@1: configs/task/aime25.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    HUB_DATASET, FIXTURE = "math-ai/aime25", "tests/fixtures/aime_tiny.jsonl"

@@ -12,8 +12,11 @@ Rows: `<metric>/layer_<l>` per layer and `<metric>` = the mean over layers.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from harness.checks import integer_option
 from harness.capture import calibration_text, capture_activations
 from harness.task import Task
 
@@ -103,6 +106,17 @@ def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
 
 class Fidelity(Task):
     """Per-layer K/V and attention error: configs/task/fidelity.yaml's `_target_`."""
+
+    def validate(self) -> None:
+        """A known text source (a readable file for source=file) and positive token counts."""
+        super().validate()
+        source, path = self.cfg.get("source", "essays"), self.cfg.get("path")
+        if source not in ("essays", "file"):
+            raise ValueError(f"Unknown fidelity text source '{source}'; expected essays or file.")
+        if source == "file" and not (path and Path(str(path)).is_file()):
+            raise ValueError(f"Fidelity text file '{path}' does not exist (set task.path=FILE).")
+        integer_option(self.cfg.get("tokens", 4096), "task.tokens", minimum=1)
+        integer_option(self.cfg.get("seq_len", 1024), "task.seq_len", minimum=2)
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
         return evaluate(loaded, seam, self.cfg, ctx, seed)

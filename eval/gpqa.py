@@ -17,8 +17,8 @@ import random
 import re
 
 from eval.data import load_rows
-from eval.reasoning import after_thinking, budgeted_example, pass_metrics, render_turn
-from harness.task import Example, GenerationTask
+from eval.reasoning import ReasoningTask, after_thinking, budgeted_example, pass_metrics, render_turn
+from harness.task import Example
 
 TEMPLATE = ("Answer the following multiple choice question. The last line of your response should be of the "
             "following format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by "
@@ -72,7 +72,8 @@ def aggregate(records) -> dict[str, float]:
     return pass_metrics("gpqa_diamond", records)
 
 
-class GpqaDiamond(GenerationTask):
+class GpqaDiamond(ReasoningTask):
     """GPQA-Diamond, pass@1: configs/task/gpqa_diamond.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    HUB_DATASET, FIXTURE = "Idavidrein/gpqa", "tests/fixtures/gpqa_tiny.jsonl"

@@ -21,9 +21,9 @@ import secrets
 
 from eval.codegen import code_block
 from eval.data import load_rows
-from eval.reasoning import after_thinking, budgeted_example, pass_metrics, render_turn
+from eval.reasoning import ReasoningTask, after_thinking, budgeted_example, pass_metrics, render_turn
 from eval.sandbox import Limits, run_python
-from harness.task import Example, GenerationTask
+from harness.task import Example
 
 INSTRUCTION = ("Read the following function signature and docstring, and fully implement the function described. "
                "Your response should only contain the code for this function.\n")
@@ -71,7 +71,8 @@ def aggregate(records) -> dict[str, float]:
     return pass_metrics("humaneval", records)
 
 
-class HumanEval(GenerationTask):
+class HumanEval(ReasoningTask):
     """HumanEval, pass@1: configs/task/humaneval.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    HUB_DATASET, FIXTURE = "openai/openai_humaneval", "tests/fixtures/humaneval_tiny.jsonl"

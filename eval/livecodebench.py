@@ -22,9 +22,9 @@ from datetime import datetime
 from eval.codegen import code_block
 from eval.data import load_rows
 from eval.lcb_tests import decode_tests, passes_all
-from eval.reasoning import budgeted_example, pass_metrics, render_turn
+from eval.reasoning import ReasoningTask, budgeted_example, pass_metrics, render_turn
 from eval.sandbox import Limits
-from harness.task import Example, GenerationTask
+from harness.task import Example
 
 SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
           "generate a correct Python program that matches the specification and passes all tests.")
@@ -100,7 +100,8 @@ def aggregate(records) -> dict[str, float]:
     return pass_metrics("livecodebench", records)
 
 
-class LiveCodeBench(GenerationTask):
+class LiveCodeBench(ReasoningTask):
     """LiveCodeBench v6 code generation, pass@1: configs/task/livecodebench.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    HUB_DATASET, FIXTURE = "livecodebench/code_generation_lite", "tests/fixtures/livecodebench_tiny.jsonl"

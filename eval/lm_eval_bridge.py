@@ -13,6 +13,7 @@ offline.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from harness.quantized_context import quantized_context_logits, quantizes_cache
@@ -120,6 +121,15 @@ def evaluate(loaded, seam, task_cfg, ctx: int, seed: int, paths: dict | None = N
 
 class LmEval(Task):
     """Any lm-evaluation-harness task: configs/task/lm_eval.yaml's `_target_`."""
+
+    def validate(self) -> None:
+        """lm-eval is installed (an optional extra) and `include_path`, when given, is a folder."""
+        super().validate()
+        if importlib.util.find_spec("lm_eval") is None:
+            raise ValueError("task=lm_eval needs the optional package lm-eval: pip install -e '.[eval]'.")
+        include = self.cfg.get("include_path")
+        if include and not Path(str(include)).is_dir():
+            raise ValueError(f"task.include_path '{include}' is not a folder of lm-eval task YAMLs.")
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
         return evaluate(loaded, seam, self.cfg, ctx, seed, paths)

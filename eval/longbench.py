@@ -23,7 +23,8 @@ import string
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from harness.task import Example, GenerationTask
+from harness.checks import integer_option
+from harness.task import Example, GenerationTask, check_task_data
 
 _MULTI_DOC = ("Answer the question based on the given passages. Only give me the answer and do not output any "
               "other words.\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the "
@@ -162,8 +163,11 @@ def _pick(records: list[dict], n: int, rng: random.Random) -> list[dict]:
 
 def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, subsets: list[str] | None = None,
                    longbench_e: bool = False, use_chat_template: bool = False, data_path: str | None = None,
-                   hf_dataset: str = "Xnhyacinth/LongBench", revision: str | None = None) -> list[Example]:
-    """`n` records per subset (all when n <= 0), prompts middle-truncated to ctx - max_new_tokens."""
+                   hf_dataset: str = "Xnhyacinth/LongBench", revision: str | None = None,
+                   max_new_tokens: int | None = None) -> list[Example]:
+    """`n` records per subset (all when n <= 0), prompts middle-truncated to ctx - max_new_tokens.
+
+    max_new_tokens: None = LongBench's budget per dataset; a number caps it (short debug runs)."""
     names = list(subsets) if subsets else list(E_SUBSETS if longbench_e else PROMPTS)
     _check_subsets(names, longbench_e)
     use_chat = chat and use_chat_template
@@ -171,13 +175,14 @@ def build_examples(tokenizer, ctx: int, n: int, seed: int, chat: bool = False, s
     for name in names:
         dataset = f"{name}_e" if longbench_e else name
         rng = random.Random(f"{seed}/{dataset}")
+        budget = MAX_NEW_TOKENS[name] if max_new_tokens is None else min(MAX_NEW_TOKENS[name], int(max_new_tokens))
         for record in _pick(load_records(name, longbench_e, data_path, hf_dataset, revision), n, rng):
             text = PROMPTS[name].format(context=record["context"], input=record["input"])
-            prompt, tokens, truncated = fit_prompt(tokenizer, text, use_chat, ctx - MAX_NEW_TOKENS[name])
+            prompt, tokens, truncated = fit_prompt(tokenizer, text, use_chat, ctx - budget)
             meta = dict(dataset=dataset, ctx=ctx, length=record["length"], bucket=length_bucket(record["length"]),
                         truncated=truncated, prompt_tokens=tokens, source_id=record["_id"])
             examples.append(Example(id=f"{dataset}-{record['_id']}", prompt=prompt, answers=record["answers"],
-                                    max_new_tokens=MAX_NEW_TOKENS[name], meta=meta))
+                                    max_new_tokens=budget, meta=meta))
     return examples
 
 
@@ -238,6 +243,17 @@ class LongBench(GenerationTask):
     """LongBench / LongBench-E QA subsets: configs/task/longbench.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    samples_zero_means_all = True
+
+    def validate(self) -> None:
+        """Known subsets, and data that is reachable (a local data_path, or the hub)."""
+        super().validate()
+        if self.cfg.get("subsets"):
+            _check_subsets(list(self.cfg.subsets), bool(self.cfg.get("longbench_e", False)))
+        check_task_data(self.name, self.cfg.get("data_path"), self.cfg.get("hf_dataset", "Xnhyacinth/LongBench"),
+                        "tests/fixtures/longbench_tiny.jsonl")
+        if self.cfg.get("max_new_tokens") is not None:
+            integer_option(self.cfg.max_new_tokens, "task.max_new_tokens", minimum=1)
 
     def stratum(self, record) -> str:
         return f"{record.meta['dataset']}/{record.meta['bucket']}"   # summaries average datasets and buckets

@@ -14,8 +14,8 @@ from __future__ import annotations
 from eval.boxed import boxed_prompt, last_boxed
 from eval.data import load_rows
 from eval.math_equiv import is_equivalent
-from eval.reasoning import budgeted_example, pass_metrics
-from harness.task import Example, GenerationTask
+from eval.reasoning import ReasoningTask, budgeted_example, pass_metrics
+from harness.task import Example
 
 FIELDS = ("problem", "answer", "unique_id", "subject", "level")
 
@@ -41,10 +41,11 @@ def aggregate(records) -> dict[str, float]:
     return pass_metrics("math500", records)
 
 
-class Math500(GenerationTask):
+class Math500(ReasoningTask):
     """MATH-500, pass@1: configs/task/math500.yaml's `_target_`; intervals resample within subjects."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+    HUB_DATASET, FIXTURE = "HuggingFaceH4/MATH-500", "tests/fixtures/math500_tiny.jsonl"
 
     def stratum(self, record) -> str:
         return str(record.meta.get("subject", ""))

@@ -8,7 +8,8 @@ their thought.
 """
 from __future__ import annotations
 
-from harness.task import Example
+from harness.checks import integer_option
+from harness.task import Example, GenerationTask, check_task_data
 
 THINK_END = "</think>"
 
@@ -50,3 +51,18 @@ def pass_metrics(name: str, records) -> dict[str, float]:
         unfinished = sum(THINK_END not in r.output for r in thinking)
         metrics[f"{name}_unfinished_thinking"] = 100.0 * unfinished / len(thinking)
     return metrics
+
+
+class ReasoningTask(GenerationTask):
+    """A task of the paper's table: `samples: 0` takes the whole data set, whose source (a local `data_path`,
+    or the hub: `hf_dataset`, default `HUB_DATASET`) and generation budget are checked before weights load."""
+
+    samples_zero_means_all = True
+    HUB_DATASET = ""
+    FIXTURE = ""                  # the offline example the refusal suggests
+
+    def validate(self) -> None:
+        super().validate()
+        check_task_data(self.name, self.cfg.get("data_path"), self.cfg.get("hf_dataset", self.HUB_DATASET),
+                        self.FIXTURE)
+        integer_option(self.cfg.get("max_new_tokens", 32768), "task.max_new_tokens", minimum=1)

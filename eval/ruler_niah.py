@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from eval import ruler_data
+from harness.checks import integer_option
 from harness.task import Example, GenerationTask
 
 TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
@@ -263,6 +264,16 @@ class RulerNiah(GenerationTask):
     """RULER needle-in-a-haystack: configs/task/ruler_niah.yaml's `_target_`."""
 
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
+
+    def validate(self) -> None:
+        """Known variants, a known essay split, a generation budget of at least one token."""
+        super().validate()
+        unknown = [name for name in self.cfg.get("variants") or [] if name not in VARIANTS]
+        if unknown:
+            raise ValueError(f"Unknown RULER NIAH variant(s) {unknown}; known: {sorted(VARIANTS)}.")
+        if self.cfg.get("essays", "heldout") not in ("heldout", "all"):
+            raise ValueError(f"task.essays must be heldout or all, got '{self.cfg.essays}'.")
+        integer_option(self.cfg.get("max_new_tokens", 128), "task.max_new_tokens", minimum=1)
 
     def stratum(self, record) -> str:
         return record.meta["variant"]          # `ruler_niah` averages the variants: resample within each

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -118,7 +119,8 @@ def capture_activations(model, tokenizer, text: str, budget: int = 20000, seq_le
     model.set_attn_implementation(CAPTURE_ATTN)
     device = next(model.parameters()).device
     try:
-        for seq in token_sequences(tokenizer, text, seq_len, budget):
+        for seq in tqdm(token_sequences(tokenizer, text, seq_len, budget), desc="calibration: capture", unit="seq",
+                        dynamic_ncols=True):
             model(seq[None].to(device), use_cache=False)
         return Capture.active.layers
     finally:

@@ -8,13 +8,18 @@ import the reporting layer); it hashes the cell, skips finished cells and writes
 """
 from __future__ import annotations
 
-import random
+import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.checks import check_cell_options, check_device, check_model_source
 from harness.environment import environment
 from harness.quantizer import instantiate, quantizer_from_config
+
+log = logging.getLogger(__name__)
 
 
 class CellError(ValueError):
@@ -28,6 +33,7 @@ class CellPlan:
     task: object
     key: dict
     definition: dict
+    device: str = "cpu"       # where the cell runs (device=auto resolved)
 
 
 # Options added after cells were first recorded, with the value every earlier cell ran with. Such an option
@@ -35,6 +41,7 @@ class CellPlan:
 # skip-if-done) unchanged. Add each new result-changing option here with its old behaviour as the value.
 ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("quantizer", "rotation_dtype"): "float32",
+    ("task", "max_new_tokens"): None,         # LongBench's cap (null: its per-dataset budgets); other tasks set it
 }
 
 
@@ -63,22 +70,48 @@ def _settings(node: DictConfig) -> dict:
 
 
 def build_task(task_cfg: DictConfig):
-    """The task object its config's `_target_` names, built from the other keys."""
-    try:
-        return instantiate(OmegaConf.to_container(task_cfg, resolve=True), "Task")
-    except ValueError as err:
-        raise CellError(str(err)) from None
+    """The task object its config's `_target_` names, built from the other keys and validated."""
+    task = instantiate(OmegaConf.to_container(task_cfg, resolve=True), "Task")
+    task.validate()
+    return task
+
+
+def build_checked_quantizer(quantizer_cfg: DictConfig):
+    """The quantizer its config's `_target_` names, built from the other keys and validated."""
+    quantizer = quantizer_from_config(OmegaConf.to_container(quantizer_cfg, resolve=True))
+    quantizer.validate()
+    return quantizer
+
+
+def fill_model_facts(model_cfg: DictConfig, model_config: dict) -> None:
+    """A model config without a name (configs/model/local.yaml) takes its folder's; without model_type or
+    max_positions, those of its config.json, so that the checks below see them before any weights load."""
+    if not model_cfg.get("name"):
+        model_cfg.name = Path(os.path.expanduser(str(model_cfg.path))).resolve().name
+    if model_config.get("model_type") and not model_cfg.get("model_type"):
+        model_cfg.model_type = model_config["model_type"]
+    if model_config.get("max_position_embeddings") and not model_cfg.get("max_positions"):
+        model_cfg.max_positions = int(model_config["max_position_embeddings"])
 
 
 def validate(cfg: DictConfig) -> CellPlan:
-    """Every check that needs no weights: names, paths, ctx vs the model's positions, quantizer vs model."""
+    """Every check that needs no weights, in one pass: the cell-wide keys (seed, device, kernels, static_decode,
+    ctx), the model's source, ctx vs its positions, and the quantizer's and the task's own `validate()`.
+    CellError (one sentence) at the first that fails."""
     from harness.models import resolve_location
     from harness.seam import SUPPORTED_MODEL_TYPES
     try:
-        quantizer = quantizer_from_config(OmegaConf.to_container(cfg.quantizer, resolve=True))
+        device = check_cell_options(cfg)
+        quantizer = build_checked_quantizer(cfg.quantizer)
+        model_config = check_model_source(cfg.model)
         resolve_location(cfg.model)
+        task = build_task(cfg.task)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
+    fill_model_facts(cfg.model, model_config)
+    if cfg.get("static_decode") == "on" and not quantizer.stores_codes:
+        raise CellError(f"static_decode=on needs a quantizer that stores codes; '{quantizer.name}' keeps K/V in "
+                        f"full precision (use static_decode=auto).")
     if cfg.model.get("model_type") and cfg.model.model_type not in SUPPORTED_MODEL_TYPES:
         raise CellError(f"Model '{cfg.model.name}' is a '{cfg.model.model_type}' architecture, which the KV seam "
                         f"does not support (supported: {', '.join(SUPPORTED_MODEL_TYPES)}).")
@@ -87,26 +120,29 @@ def validate(cfg: DictConfig) -> CellPlan:
         from harness.model_catalog import context_refusal
         raise CellError(context_refusal(cfg.model.name, cfg.ctx.name, int(cfg.ctx.tokens), max_pos,
                                         f"quantizer={cfg.quantizer.name} task={cfg.task.name}"))
-    task = build_task(cfg.task)
     key, full = cell_definition(cfg)
-    return CellPlan(cfg, quantizer, task, key, full)
+    return CellPlan(cfg, quantizer, task, key, full, device)
 
 
 def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    """python, numpy and torch (every device) seeded by transformers' own helper."""
+    from transformers import set_seed
+    set_seed(seed)
 
 
 def resolve_device(name: str) -> str:
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise CellError("device=cuda was asked for, but no CUDA device is available.")
-    return name
+    """The device a `device=` setting names (auto resolved); CellError when it is unknown or absent."""
+    try:
+        return check_device(name)
+    except ValueError as err:
+        raise CellError(str(err)) from None
+
+
+def describe(plan: CellPlan) -> str:
+    """One line naming the cell as it will run (after every override): model, quantizer, task, ctx, seed, device."""
+    cfg = plan.cfg
+    return (f"model={cfg.model.name} quantizer={cfg.quantizer.name} task={cfg.task.name} "
+            f"ctx={cfg.ctx.name} ({cfg.ctx.tokens} tokens) seed={cfg.seed} device={plan.device}")
 
 
 def run_cell(cfg: DictConfig, store) -> list[dict]:
@@ -114,11 +150,15 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     plan = validate(cfg)
     recorder = store.recorder(plan.key, plan.definition, environment)
     if not cfg.force and store.is_done(recorder):
-        print(f"[skip] {plan.key} already has rows ({recorder.cell}).")
+        log.info("[skip] %s already has rows (%s).", plan.key, recorder.cell)
         return store.rows(recorder)
-    device = resolve_device(cfg.device)
     try:
-        metrics, records = execute(plan, device, recorder)
+        store.check_writable()
+    except ValueError as err:
+        raise CellError(str(err)) from None
+    log.info("cell %s: %s", recorder.cell, describe(plan))
+    try:
+        metrics, records = execute(plan, plan.device, recorder)
     except (KeyboardInterrupt, CellError):
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
@@ -132,9 +172,14 @@ def load_prepared(plan: CellPlan, device: str):
     prepared (calibrated or loaded): what a run and a notebook session (notebook.py) both start from."""
     from harness.models import load_model
     from harness.seam import check_architecture
+    log.info("loading model %s (%s) on %s", plan.cfg.model.name, plan.cfg.model.source, device)
     loaded = load_model(plan.cfg.model, device=device)
-    check_architecture(loaded.model.config)
-    plan.quantizer.check(loaded.model.config)
+    try:
+        check_architecture(loaded.model.config)
+        plan.quantizer.check(loaded.model.config)      # against the model: head_dim, layers, rotation files
+    except ValueError as err:
+        raise CellError(str(err)) from None
+    log.info("preparing quantizer %s", plan.quantizer.name)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
     return loaded
 

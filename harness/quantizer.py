@@ -36,6 +36,12 @@ class KVQuantizer:
             self.name = name
 
     # ---------------------------------------------------------------- lifecycle
+    def validate(self) -> None:
+        """Raise ValueError (one sentence) for options that no model can run with; called before any weights load.
+
+        Subclasses extend it (calling super().validate()): the one `harness.pipeline.validate` pass of a cell."""
+        check_windows(self.name, self.sink_tokens, self.recent_tokens, self.page_tokens)
+
     def check(self, model_config) -> None:
         """Raise ValueError (one sentence) if this quantizer cannot run on the model; called before weights load."""
 
@@ -89,6 +95,16 @@ class KVQuantizer:
         return {"name": self.name, "sink": self.sink_tokens, "recent": self.recent_tokens, **self.options}
 
 
+def check_windows(name: str, sink: int | None, recent: int, page: int) -> None:
+    """Window sizes the cache can honour: sink/recent >= 0, page >= 1, recent a whole number of pages."""
+    if (sink is not None and sink < 0) or recent < 0:
+        raise ValueError(f"{name}: sink and recent must be >= 0, got sink={sink}, recent={recent}.")
+    if page < 1:
+        raise ValueError(f"{name}: page must be >= 1, got {page}.")
+    if recent % page:
+        raise ValueError(f"{name}: recent ({recent}) must be a multiple of the demotion page ({page}).")
+
+
 def known_quantizers() -> list[str]:
     """Every quantizer with a config file in configs/quantizer (the registry is that folder)."""
     return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml"))
@@ -110,7 +126,11 @@ def instantiate(options: dict, what: str):
     target = options.pop("_target_", None)
     if not target:
         raise ValueError(f"{what} config '{options.get('name')}' has no _target_ naming its class.")
-    return locate(target, f"{what} '{options.get('name')}'")(**options)
+    cls = locate(target, f"{what} '{options.get('name')}'")
+    try:
+        return cls(**options)
+    except (TypeError, ZeroDivisionError) as err:   # an option the class does not take, a zero size, ...
+        raise ValueError(f"{what} '{options.get('name')}' cannot be built from its options ({err}).") from None
 
 
 def quantizer_from_config(options: dict) -> KVQuantizer:

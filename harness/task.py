@@ -10,10 +10,14 @@ Task configs live in configs/task/<name>.yaml; their `_target_` names the class 
 """
 from __future__ import annotations
 
+import inspect
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.checks import integer_option
 from harness.generate import generate_outputs
 from harness.intervals import metric_intervals
 
@@ -45,9 +49,20 @@ class Record:
 class Task:
     """Base of every task: keeps its config (as the task code reads it) and runs one cell's evaluation."""
 
+    samples_zero_means_all = False      # True where `samples: 0` asks for every example of the data set
+
     def __init__(self, **options):
         self.cfg: DictConfig = OmegaConf.create(options)
         self.name = str(self.cfg.name)
+
+    def validate(self) -> None:
+        """Raise ValueError (one sentence) for options no run can use; called before any weights load.
+
+        Subclasses extend it (calling super().validate()): the one `harness.pipeline.validate` pass of a cell."""
+        if "samples" in self.cfg:
+            integer_option(self.cfg.samples, "task.samples", minimum=0 if self.samples_zero_means_all else 1)
+        if "batch_size" in self.cfg:
+            integer_option(self.cfg.batch_size, "task.batch_size", minimum=1)
 
     def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
             paths: dict | None = None) -> tuple[dict, list]:
@@ -86,10 +101,23 @@ class GenerationTask(Task):
         opts = OmegaConf.to_container(self.cfg, resolve=True)
         return {k: v for k, v in opts.items() if k not in RUNNER_KEYS}
 
+    def validate(self) -> None:
+        """Also: every option is one that `build_examples` takes (a key meant for another task is refused)."""
+        super().validate()
+        parameters = inspect.signature(self.build_examples).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return
+        taken = set(parameters) - {"tokenizer", "ctx", "n", "seed", "chat"}
+        unknown = sorted(set(self.options()) - taken - {"samples"})
+        if unknown:
+            raise ValueError(f"task={self.name} does not take option(s) {unknown}; it takes {sorted(taken)}.")
+
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
         opts = self.options()
         examples = self.build_examples(loaded.tokenizer, ctx, int(opts.pop("samples")), seed, chat=loaded.chat,
                                        **opts)
+        if not examples:
+            raise ValueError(f"task={self.name} built no examples (check task.samples and its data).")
         outputs = generate_outputs(loaded.model, loaded.tokenizer, examples, seam.new_cache,
                                    batch_size=int(self.cfg.get("batch_size", 1)),
                                    sampling=self.cfg.get("sampling"), stop=list(self.cfg.get("stop") or []),
@@ -98,3 +126,18 @@ class GenerationTask(Task):
         records = [Record(ex.id, out, float(self.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]),
                           ex.meta) for ex, out in zip(examples, outputs)]
         return self.aggregate(records), records
+
+
+def check_task_data(task: str, data_path, hub_id: str, example: str) -> None:
+    """A task reading a hub dataset: `data_path`, when given, exists; offline, without it, the dataset must be in
+    the local datasets cache, else one sentence naming task.data_path."""
+    if data_path:
+        if not Path(str(data_path)).expanduser().exists():
+            raise ValueError(f"task.data_path '{data_path}' does not exist.")
+        return
+    offline = "1" in (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("HF_DATASETS_OFFLINE"))
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
+    if offline and not (cache / hub_id.replace("/", "___")).exists():
+        raise ValueError(f"task={task} reads '{hub_id}' from the hub, which is offline here; pass a local copy "
+                         f"with task.data_path=... (e.g. task.data_path={example}).")

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from harness.uniform import UniformKVQuantizer
 from oscar.covariance import query_second_moment, value_target_softmax, value_target_surrogate
@@ -25,6 +27,34 @@ from oscar.rotation import (compose_rotation, eigen_basis, load_key_means, load_
 K_FILE, V_FILE = "k_rotation_qqt_{mode}.pt", "v_rotation_sst_{mode}.pt"
 MEAN_FILE = "key_mean_qqt_{mode}.pt"
 VALUE_TARGETS = ("surrogate", "softmax")
+CALIBRATION_SOURCES = ("essays", "file", "hf")
+log = logging.getLogger(__name__)
+
+
+def check_calibration(calibration: dict) -> None:
+    """source known, budget >= 1 token and seq_len >= 2, and for source=file a file holding text."""
+    from harness.checks import integer_option
+    source = calibration.get("source", "essays")
+    if source not in CALIBRATION_SOURCES:
+        raise ValueError(f"Unknown calibration source '{source}'; expected one of {', '.join(CALIBRATION_SOURCES)}.")
+    integer_option(calibration.get("budget", 20000), "quantizer.calibration.budget", minimum=1)
+    integer_option(calibration.get("seq_len", 2048), "quantizer.calibration.seq_len", minimum=2)
+    if source == "hf" and not calibration.get("dataset"):
+        raise ValueError("calibration source hf needs quantizer.calibration.dataset=<hub dataset id>.")
+    if source == "file":
+        path = Path(str(calibration.get("path") or ""))
+        if not calibration.get("path") or not path.is_file():
+            raise ValueError(f"Calibration text file '{calibration.get('path')}' does not exist "
+                             f"(set quantizer.calibration.path=FILE).")
+        if not path.read_text(errors="ignore").strip():
+            raise ValueError(f"Calibration text file '{path}' is empty.")
+
+
+def quantized_layers(model_config) -> list[int]:
+    """Ids of the layers whose K/V the cache quantizes: every full-attention layer (sliding ones stay BF16)."""
+    count = int(model_config.num_hidden_layers)
+    kinds = getattr(model_config, "layer_types", None) or ["full_attention"] * count
+    return [layer for layer, kind in enumerate(kinds) if kind != "sliding_attention"]
 
 
 def file_digest(path: Path) -> str:
@@ -52,6 +82,8 @@ class OSCAR(UniformKVQuantizer):
         self.rotations_v: dict[int, torch.Tensor] = {}
         self.key_means: dict[int, torch.Tensor] = {}
         self.calibration_digest: str | None = None   # set by prepare when it calibrates (not with rotation_dir)
+        self.model_layers: list[int] | None = None   # set by check: the model's quantized layers, and its layer count
+        self.num_layers = 0
         self._check_rotation_dir()
 
     def _check_rotation_dir(self) -> None:
@@ -65,10 +97,23 @@ class OSCAR(UniformKVQuantizer):
             raise ValueError(f"center_keys needs {mean_file} in rotation_dir '{self.rotation_dir}' "
                              f"(scripts/calibrate.py writes it).")
 
+    def validate(self) -> None:
+        """The calibration settings, or the rotation files of `rotation_dir` (read here: they are small)."""
+        super().validate()
+        if self.rotation_dir:
+            self._load_rotations(Path(self.rotation_dir))
+        else:
+            check_calibration(self.calibration)
+
     def check(self, model_config) -> None:
+        """A power-of-two head_dim; with `rotation_dir`, rotations of that head_dim for every quantized layer."""
         super().check(model_config)
         if self.head_dim & (self.head_dim - 1):
             raise ValueError(f"oscar needs a power-of-two head_dim for its Hadamard, got {self.head_dim}.")
+        self.model_layers, self.num_layers = quantized_layers(model_config), int(model_config.num_hidden_layers)
+        if self.rotation_dir:
+            self._load_rotations(Path(self.rotation_dir))
+            self._check_coverage(f"rotation_dir '{self.rotation_dir}'")
 
     def prepare(self, model, tokenizer) -> None:
         if self.rotation_dir:
@@ -77,11 +122,36 @@ class OSCAR(UniformKVQuantizer):
             text = self._calibration_text()          # read and hashed once: it keys the cache and the rows
             self.calibration_digest = text_digest(text)
             folder = self._calibrated_dir(model, tokenizer, text)
-        self.rotations_k = load_rotations(folder / K_FILE.format(mode=self.compose))
-        self.rotations_v = load_rotations(folder / V_FILE.format(mode=self.compose))
+        self._load_rotations(folder)
+        if self.model_layers is not None:
+            self._check_coverage(f"the rotations in {folder}")
         if self.center_keys:
             self.key_means = load_key_means(folder / MEAN_FILE.format(mode=self.compose))
         self.artifact_dir = str(folder)
+
+    def _load_rotations(self, folder: Path) -> None:
+        """Read R_K and R_V of every layer from `folder` (ValueError in one sentence when a file is bad)."""
+        names = [K_FILE.format(mode=self.compose), V_FILE.format(mode=self.compose)]
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise ValueError(f"OSCAR rotation folder '{folder}' lacks {' and '.join(missing)}.")
+        self.rotations_k = load_rotations(folder / names[0])
+        self.rotations_v = load_rotations(folder / names[1])
+
+    def _check_coverage(self, source: str) -> None:
+        """Every quantized layer of the model has an R_K and R_V of its head_dim (no layer beyond the model)."""
+        for kind, rotations in (("key", self.rotations_k), ("value", self.rotations_v)):
+            missing = sorted(set(self.model_layers) - set(rotations))
+            if missing:
+                raise ValueError(f"{source} has no {kind} rotation for layer(s) {missing} of this model.")
+            extra = sorted(layer for layer in rotations if layer >= self.num_layers)
+            if extra:
+                raise ValueError(f"{source} holds {kind} rotations for layer(s) {extra}, beyond this model's "
+                                 f"{self.num_layers} layers: they were made for another model.")
+            sizes = {tuple(rotations[layer].shape) for layer in self.model_layers}
+            if sizes != {(self.head_dim, self.head_dim)}:
+                raise ValueError(f"{source} holds {kind} rotations of shape {sorted(sizes)}, but this model's "
+                                 f"head_dim is {self.head_dim}.")
 
     def artifacts(self) -> dict[str, str]:
         """sha256 (16 hex) of each rotation file read by `prepare`, and of the calibration text when calibrated here."""
@@ -134,10 +204,15 @@ class OSCAR(UniformKVQuantizer):
     def calibrate(self, model, tokenizer, folder: Path, text: str) -> None:
         from harness.capture import capture_activations
         cal = self.calibration
+        log.info("OSCAR: calibrating %s tokens per layer (value target %s, compose %s) into %s",
+                 cal.get("budget", 20000), self.value_target, self.compose, folder)
         captured = capture_activations(model, tokenizer, text, int(cal.get("budget", 20000)),
                                        int(cal.get("seq_len", 2048)))
+        if not captured:
+            raise ValueError("The calibration text is too short to capture any activations (it needs 2 tokens).")
         rot_k, eig_k, rot_v, eig_v, means = {}, {}, {}, {}, {}
-        for layer_idx, cap in sorted(captured.items()):
+        for layer_idx, cap in tqdm(sorted(captured.items()), desc="calibration: covariance + eigh", unit="layer",
+                                   dynamic_ncols=True):
             q, k, v = cap.stacked()                                    # [T, H_q, D], [T, H_kv, D], [T, H_kv, D]
             c_q = query_second_moment(q)
             c_s = value_target_surrogate(q, k, v) if self.value_target == "surrogate" else \

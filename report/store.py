@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -20,6 +21,9 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 ROW_KEYS = ("model", "quantizer", "task", "ctx", "seed", "metric", "value")
+DAMAGED_SUFFIX = ".damaged"      # rows/<task>/<cell>.jsonl.damaged: lines of a rows file that do not parse
+
+log = logging.getLogger(__name__)
 
 
 def cell_hash(cell_config: dict) -> str:
@@ -41,6 +45,7 @@ def atomic_write_jsonl(path: Path, items) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".jsonl")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())      # mkstemp makes 0600; colleagues on a shared store read rows
         with os.fdopen(fd, "w") as fh:
             for item in items:
                 fh.write(json.dumps(asdict(item) if is_dataclass(item) else item, default=str) + "\n")
@@ -52,15 +57,61 @@ def atomic_write_jsonl(path: Path, items) -> None:
         raise
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def parse_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """(the JSON objects of a .jsonl file, its lines that are not one: e.g. a half-written last line)."""
+    items, damaged = [], []
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError:
+                item = None
+            if isinstance(item, dict):
+                items.append(item)
+            else:
+                damaged.append(line.rstrip("\n"))
+    return items, damaged
+
+
+def set_aside(path: Path, damaged: list[str]) -> None:
+    """Keep damaged lines in <file>.damaged beside the file, and say so once (not again while they are kept)."""
+    side = path.with_name(path.name + DAMAGED_SUFFIX)
+    text = "\n".join(damaged) + "\n"
+    if side.is_file() and side.read_text(errors="replace") == text:
+        return
+    try:
+        side.write_text(text)
+    except OSError:                   # a read-only store: still read the good rows, and say so
+        side = "nowhere (the store is read-only)"
+    log.warning("%s has %d line(s) that do not parse (e.g. a half-written write); kept in %s, the other rows are "
+                "read, and the cell counts as not done.", path, len(damaged), side)
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The rows of a .jsonl file; lines that do not parse are set aside (`set_aside`) and skipped."""
+    items, damaged = parse_jsonl(path)
+    if damaged:
+        set_aside(Path(path), damaged)
+    return items
 
 
 def cell_is_done(results_dir, task: str, cell: str) -> bool:
-    """True when the cell has rows and none of them records an error (errors are retried)."""
+    """True when the cell has rows, all of them whole, and none records an error (errors are retried)."""
     path = rows_path(results_dir, task, cell)
-    return path.exists() and all(r.get("status") == "ok" for r in read_jsonl(path))
+    if not path.exists():
+        return False
+    rows, damaged = parse_jsonl(path)
+    if damaged:
+        set_aside(path, damaged)
+    return not damaged and bool(rows) and all(r.get("status") == "ok" for r in rows)
 
 
 def git_sha() -> str:
@@ -80,8 +131,9 @@ def git_sha() -> str:
 class CellRecorder:
     """Collects the provenance of one cell and writes its rows (ok or error) atomically."""
 
-    def __init__(self, results_dir, cell_key: dict, cell_config: dict, environment=dict):
+    def __init__(self, results_dir, cell_key: dict, cell_config: dict, environment=dict, on_write=None):
         self.results_dir, self.key = results_dir, cell_key
+        self.on_write = on_write or (lambda cell: None)   # told the cell id once its rows are written
         self.cell, self.config = cell_hash(cell_config), cell_config
         self.artifacts: dict = {}        # digest of each file the cell was built from (rotations, calibration text)
         self.environment = environment   # () -> {"versions", "device", "peak_mem_mb"}: measured by the caller
@@ -104,12 +156,14 @@ class CellRecorder:
         if records:
             atomic_write_jsonl(records_path(self.results_dir, self.key["task"], self.cell), records)
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
+        self.on_write(self.cell)
         return rows
 
     def write_error(self, message: str) -> list[dict]:
         rows = [{**self.key, "metric": "error", "value": float("nan"), "status": "error", "error": message,
                  **self._provenance()}]
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
+        self.on_write(self.cell)
         return rows
 
 
@@ -118,15 +172,35 @@ class ResultsStore:
 
     def __init__(self, results_dir):
         self.results_dir = Path(results_dir)
+        self.written: list[str] = []      # ids of the cells whose rows this store wrote (skipped cells are not)
 
     def recorder(self, cell_key: dict, cell_config: dict, environment=dict) -> CellRecorder:
-        return CellRecorder(self.results_dir, cell_key, cell_config, environment)
+        return CellRecorder(self.results_dir, cell_key, cell_config, environment, on_write=self.written.append)
+
+    def check_writable(self) -> None:
+        """ValueError (one sentence) unless rows can be written under results_dir: checked before a cell computes,
+        writing nothing (the nearest existing folder of results_dir/rows must be a writable folder)."""
+        target = self.results_dir / "rows"
+        existing = next(path for path in (target, *target.parents) if path.exists())
+        if not existing.is_dir():
+            problem = f"'{existing}' is not a folder"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"'{existing}' is read-only"
+        else:
+            return
+        raise ValueError(f"results_dir '{self.results_dir}' cannot be written ({problem}); pass a writable folder "
+                         f"with results_dir=DIR.")
 
     def is_done(self, recorder: CellRecorder) -> bool:
         return cell_is_done(self.results_dir, recorder.key["task"], recorder.cell)
 
     def rows(self, recorder: CellRecorder) -> list[dict]:
         return read_jsonl(rows_path(self.results_dir, recorder.key["task"], recorder.cell))
+
+    def records(self, task: str, cell: str) -> list[dict]:
+        """The per-example records of a cell (none for a task without them)."""
+        path = records_path(self.results_dir, task, cell)
+        return read_jsonl(path) if path.exists() else []
 
 
 def load_rows(results_dir) -> "pandas.DataFrame":

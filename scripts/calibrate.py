@@ -28,9 +28,14 @@ def main(cfg: DictConfig) -> None:
     if options.pop("name") != "oscar":
         print("error: scripts/calibrate.py calibrates quantizer=oscar only.", file=sys.stderr)
         sys.exit(2)
-    quantizer = build_quantizer("oscar", **options)
-    loaded = load_model(cfg.model, device=resolve_device(cfg.device))
-    quantizer.check(loaded.model.config)
+    try:
+        quantizer = build_quantizer("oscar", **options)
+        quantizer.validate()                        # calibration settings, before the weights load
+        loaded = load_model(cfg.model, device=resolve_device(cfg.device))
+        quantizer.check(loaded.model.config)
+    except ValueError as err:                       # CellError included
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     quantizer.prepare(loaded.model, loaded.tokenizer)
     folder = Path(quantizer.artifact_dir)
     for path in sorted(folder.glob("*_rotation_*.pt")):

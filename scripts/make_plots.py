@@ -25,6 +25,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <results>/plots)")
     args = parser.parse_args()
     out = args.out or args.results / "plots"
+    if not (args.results / "rows").is_dir():
+        sys.exit(f"error: '{args.results}' is not a results store (it has no rows/ folder); pass --results DIR.")
     for path in write_plots(load_rows(args.results), args.results / "bench", out):
         print(f"wrote {path}")
 

@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("--allow-dirty", action="store_true", help="accept rows that ran from a modified tree")
     args = parser.parse_args()
     out = args.out or args.results / "tables"
+    if not (args.results / "rows").is_dir():
+        sys.exit(f"error: '{args.results}' is not a results store (it has no rows/ folder); pass --results DIR.")
     rows = load_rows(args.results)
     try:
         written = write_tables(rows, args.results / "bench", out, allow_dirty=args.allow_dirty)

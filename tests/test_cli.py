@@ -47,8 +47,9 @@ def test_the_headline_command_on_the_default_model_suggests_a_runnable_one(tmp_p
 
 
 def test_tiny_run_writes_rows_then_skips(tmp_path):
-    first = run("debug=tiny", results_dir=tmp_path)
+    first = run("debug=tiny", "quantizer=oscar", "quantizer=bf16", results_dir=tmp_path)   # the later one wins
     assert first.returncode == 0, first.stderr[-2000:]
+    assert "model=tiny_qwen3 quantizer=bf16 task=ruler_niah ctx=4k" in first.stdout      # said before it runs
     files = list((tmp_path / "rows").glob("*/*.jsonl"))
     assert len(files) == 1
     rows = [json.loads(line) for line in files[0].read_text().splitlines()]
@@ -60,6 +61,23 @@ def test_tiny_run_writes_rows_then_skips(tmp_path):
         assert row["run"]["static_decode"] == "auto" and sum(row["run"]["decode_batches"].values()) >= 1
     second = run("debug=tiny", results_dir=tmp_path)
     assert second.returncode == 0 and "[skip]" in second.stdout
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file below `folder`: relative path -> (size, mtime in ns)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_debug_tiny_leaves_the_committed_results_untouched(tmp_path):
+    """debug=tiny writes into its own store (outputs/debug_results), never into results/ (its default store)."""
+    before = tree(ROOT / "results")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "debug=tiny", "force=true", "task.samples=1",
+                           "task.max_new_tokens=4", "ctx.tokens=1024", f"hydra.run.dir={tmp_path / 'hy'}"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert tree(ROOT / "results") == before
+    assert list((ROOT / "outputs" / "debug_results" / "rows").glob("*/*.jsonl"))
 
 
 def test_calibrate_script_writes_rotationzoo_files(tmp_path):

@@ -73,9 +73,27 @@ def test_rerun_skips_ok_cells_and_recomputes_failed_ones(tmp_path):
     atomic_write_jsonl(files["naive_int2"], [failed])
 
     out = run_sweep(results, "hydra/launcher=local")
-    skipped = [line for line in out.splitlines() if line.startswith("[skip]")]
+    skipped = [line for line in out.splitlines() if "[skip]" in line]
     assert len(skipped) == 1 and "'quantizer': 'bf16'" in skipped[0]
     assert files["bf16"].read_bytes() == bf16_before
     retried = read_jsonl(files["naive_int2"])
     assert {r["status"] for r in retried} == {"ok"}
     assert {"ruler_niah", "bits_per_element"} <= {r["metric"] for r in retried}
+
+
+def test_a_sweep_goes_past_a_failed_cell_then_exits_non_zero_naming_it(tmp_path):
+    """ctx.tokens=100 leaves RULER's template no room: that cell fails while running (an error row); the
+    other cell still runs, and the sweep's exit code and last lines say which cell failed (SLURM sees it)."""
+    results = tmp_path / "results"
+    cmd = [sys.executable, "run.py", "-m", "debug=tiny", "task.samples=1", "task.max_new_tokens=8",
+           "ctx.tokens=100,1024", f"results_dir={results}", f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    env = {**os.environ, "OSCAR_GIT_SHA": "test"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    summary = done.stderr[done.stderr.index("1 cell(s) of this sweep failed"):]
+    assert "ctx=4k" in summary and "RULER template alone needs" in summary
+    statuses = {row["config"]["ctx"]["tokens"]: row["status"]
+                for path in (results / "rows" / "ruler_niah").glob("*.jsonl") for row in read_jsonl(path)}
+    assert statuses == {100: "error", 1024: "ok"}
