@@ -310,12 +310,20 @@ def demote_rows(layer: ThreeRegionLayer, counts: list[int]) -> int:
     sink, _, recent = layer.regions()
     n_fp, width = layer.fp_rows, max(counts)
     first = [n_fp - r for r in recent]                                        # each sequence's oldest recent row
-    index = (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(n_fp - 1).to(layer.keys.device)
     for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
-        gather = index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1])
-        history.append(rows.gather(2, gather), counts)                      # [B, H_kv, width, D]
+        history.append(_rows_from(rows, first, width), counts)               # [B, H_kv, width, D]
         _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
     return min(f - s + c for f, s, c in zip(first, sink, counts))
+
+
+def _rows_from(rows: torch.Tensor, first: list[int], width: int) -> torch.Tensor:
+    """Rows first[b] .. first[b] + width - 1 of each batch row of rows [B, H_kv, F, D] (clamped to F - 1):
+    a slice when every sequence starts at the same row (no index built on the host and copied per call)."""
+    if len(set(first)) == 1 and first[0] + width <= rows.shape[-2]:
+        return rows[..., first[0]:first[0] + width, :]
+    index = (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(rows.shape[-2] - 1).to(rows.device)
+    gather = index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1])
+    return rows.gather(2, gather)
 
 
 def _move_sinks(rows: torch.Tensor, starts: list[int], sink: list[int], counts: list[int]) -> None:

@@ -11,7 +11,9 @@ values). The cache is filled with synthetic K/V written through each quantizer's
 Triton quantize-pack kernel on CUDA) rather than by a prefill; BF16 uses transformers' own
 DynamicCache and SDPA (what users already have); the other rows run the harness seam and its
 decode kernel. Reported per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured
-from allocated memory, and the largest batch that fits --budget-gb at that context.
+from allocated memory, the physical floor of the step (weight bytes + the cache's bytes, read once, at the
+copy bandwidth measured in the same run: GPU.md) and the fraction of it reached, and the largest batch that
+fits --budget-gb at that context.
 With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown table is printed last.
 """
 from __future__ import annotations
@@ -203,6 +205,32 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     return row
 
 
+def copy_bandwidth(device, megabytes: int = 1024, repeats: int = 10) -> float:
+    """Bytes moved per second (read + written) by a device-to-device copy of `megabytes`, the median of `repeats`."""
+    src = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 1):                                  # the first copy warms up
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() / sorted(times[1:])[len(times[1:]) // 2]
+
+
+def with_floor(row: dict, weights_bytes: int, bandwidth: float) -> dict:
+    """The row plus floor_ms (weights + the cache's counted bytes, each read once per step, at `bandwidth`)
+    and of_floor (floor_ms / ms_per_step: 1.0 would be the step at the memory's speed)."""
+    if not row.get("ms_per_step"):
+        return row
+    cache_bytes = row["kv_bytes_counted_per_token"] * row["batch"] * row["ctx"]
+    floor_ms = (weights_bytes + cache_bytes) / bandwidth * 1e3
+    return {**row, "floor_ms": round(floor_ms, 3), "of_floor": round(floor_ms / row["ms_per_step"], 2)}
+
+
 def max_batch(bytes_per_token: float, ctx: int, budget_gb: float, weights_bytes: int) -> int:
     return max(0, int((budget_gb * 1e9 - weights_bytes) // (bytes_per_token * ctx)))
 
@@ -234,16 +262,19 @@ def main() -> None:
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
     quantizers = args.quantizers.split(",")
+    bandwidth = copy_bandwidth(device)
+    print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
-        rows.append(measure(model, q, b, c, args.steps, device, dtype, args.profile))
+        rows.append(with_floor(measure(model, q, b, c, args.steps, device, dtype, args.profile), weights, bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_rows = []
     for q in ([] if args.profile else quantizers):               # same memory budget at the longest context
         per_token = next(r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1])
         fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights)
         run_batch = min(fit, args.same_budget_cap)
-        row = measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype) if run_batch else \
+        row = with_floor(measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype), weights, bandwidth) \
+            if run_batch else \
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(budget_rows[-1]), flush=True)
@@ -256,10 +287,12 @@ def main() -> None:
     stamp = datetime.date.today().isoformat()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_throughput_profile.json" if args.profile else "bench_throughput.json").write_text(json.dumps(
-            {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "rows": rows, "same_budget": budget_rows},
+            {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
+             "rows": rows, "same_budget": budget_rows},
             indent=1))
     cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
-    print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`)"))
+    print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`); copy bandwidth "
+                         f"{bandwidth / 1e12:.3f} TB/s"))
     print()
     if budget_rows:
         print(markdown(budget_rows, f"### Same memory budget ({args.budget_gb} GB incl. {weights / 1e9:.1f} GB weights), "

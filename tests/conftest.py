@@ -23,3 +23,18 @@ def tiny():
         tok.padding_side = "left"
         return model, tok
     return make
+
+
+THINKING_TEMPLATE = (     # a Qwen3-like chat template with the enable_thinking switch, for the reasoning tasks
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+@pytest.fixture
+def tok():
+    """The character tokenizer with THINKING_TEMPLATE (tests of the paper's reasoning tasks)."""
+    from harness.models import char_tokenizer
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = THINKING_TEMPLATE
+    return tokenizer

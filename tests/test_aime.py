@@ -5,20 +5,8 @@ import pytest
 
 from eval import aime25
 from harness.task import Record
-from harness.models import char_tokenizer
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "aime_tiny.jsonl")
-THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
-
-
-@pytest.fixture
-def tok():
-    tokenizer = char_tokenizer()
-    tokenizer.chat_template = THINKING_TEMPLATE
-    return tokenizer
 
 
 def test_builds_local_problems_in_order_with_integer_answers(tok):

@@ -4,9 +4,7 @@ from pathlib import Path
 import pytest
 
 from eval import gpqa
-from harness.models import char_tokenizer
 from harness.task import Record
-from tests.test_aime import THINKING_TEMPLATE
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "gpqa_tiny.jsonl")
 FIRST_QUESTION = (
@@ -14,13 +12,6 @@ FIRST_QUESTION = (
     "format: 'Answer: $LETTER' (without quotes) where LETTER is one of ABCD. Think step by step before answering."
     "\n\nWhich particle carries the electromagnetic force?\n\n"
     "A) The graviton\nB) The gluon\nC) The photon\nD) The W boson")     # random.Random(0): [3, 1, 0, 2]
-
-
-@pytest.fixture
-def tok():
-    tokenizer = char_tokenizer()
-    tokenizer.chat_template = THINKING_TEMPLATE
-    return tokenizer
 
 
 def test_prompt_is_the_simple_evals_template_with_simple_evals_shuffle(tok):

@@ -4,19 +4,10 @@ from pathlib import Path
 import pytest
 
 from eval import humaneval
-from harness.models import char_tokenizer
 from harness.task import Record
-from tests.test_aime import THINKING_TEMPLATE
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "humaneval_tiny.jsonl")
 FENCE = "```"
-
-
-@pytest.fixture
-def tok():
-    tokenizer = char_tokenizer()
-    tokenizer.chat_template = THINKING_TEMPLATE
-    return tokenizer
 
 
 @pytest.fixture

@@ -9,22 +9,13 @@ import pytest
 
 from eval import lcb_tests, livecodebench
 from eval.sandbox import Limits
-from harness.models import char_tokenizer
 from harness.task import Record
-from tests.test_aime import THINKING_TEMPLATE
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "livecodebench_tiny.jsonl")
 FENCE = "```"
 QUICK = Limits(timeout_s=2.0, memory_mb=1024)
 SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD = "class Solution:\n    def addToAll(self, a: int, b: List[int]) -> List[int]:\n        return [a + x for x in b]\n"
-
-
-@pytest.fixture
-def tok():
-    tokenizer = char_tokenizer()
-    tokenizer.chat_template = THINKING_TEMPLATE
-    return tokenizer
 
 
 @pytest.fixture

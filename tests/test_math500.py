@@ -6,18 +6,9 @@ import pytest
 from eval import math500
 from eval.boxed import INSTRUCTION
 from eval.math_equiv import is_equivalent, normalize, to_sympy
-from harness.models import char_tokenizer
 from harness.task import Record
-from tests.test_aime import THINKING_TEMPLATE
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "math500_tiny.jsonl")
-
-
-@pytest.fixture
-def tok():
-    tokenizer = char_tokenizer()
-    tokenizer.chat_template = THINKING_TEMPLATE
-    return tokenizer
 
 
 def test_builds_local_problems_with_subjects_and_qwen_prompt(tok):

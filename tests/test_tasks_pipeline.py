@@ -1,5 +1,4 @@
 """Every task config runs end to end through run_cell on a tiny model with offline fixtures."""
-import os
 from pathlib import Path
 
 import pytest
