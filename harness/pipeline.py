@@ -36,15 +36,23 @@ class CellPlan:
 ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("quantizer", "rotation_dtype"): "float32",
 }
+DRY_RUN_SUFFIX = "@random"    # a random-weight model's rows are <model>@random (report/tables.py leaves them out)
+
+
+def model_label(model_cfg: DictConfig) -> str:
+    """The model name of a cell's rows: `<name>@random` for random weights (a dry run), else the name."""
+    return f"{model_cfg.name}{DRY_RUN_SUFFIX}" if model_cfg.get("source") == "random" else str(model_cfg.name)
 
 
 def cell_definition(cfg: DictConfig) -> tuple[dict, dict]:
     """(row key, cell settings): the key names the cell in tables; the hash of the settings is the cell id.
 
+    A random-weight cell's key names its model `<name>@random` (`model_label`), so it never joins real rows.
+
     The settings are the resolved model, quantizer, task and ctx groups and the seed (everything that
     changes results), less `_target_` (code, not a setting) and less ID_NEUTRAL_DEFAULTS at their defaults.
     """
-    key = {"model": cfg.model.name, "quantizer": cfg.quantizer.name, "task": cfg.task.name,
+    key = {"model": model_label(cfg.model), "quantizer": cfg.quantizer.name, "task": cfg.task.name,
            "ctx": cfg.ctx.name, "seed": int(cfg.seed)}
     full = {name: _settings(cfg[name]) for name in ("model", "quantizer", "task", "ctx")}
     full["task"]["module"] = str(cfg.task._target_).rpartition(".")[0]   # the task's identity is its module
@@ -131,7 +139,7 @@ def load_prepared(plan: CellPlan, device: str):
     prepared (calibrated or loaded): what a run and a notebook session (notebook.py) both start from."""
     from harness.models import load_model
     from harness.seam import check_architecture
-    loaded = load_model(plan.cfg.model, device=device)
+    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed))
     check_architecture(loaded.model.config)
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
@@ -150,7 +158,8 @@ def execute(plan: CellPlan, device: str, recorder):
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
                                          static_decode=static_decode, paths=paths)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
-                        "static_decode": static_decode, "decode_batches": paths}
+                        "static_decode": static_decode, "decode_batches": paths,
+                        "weights": loaded.weights, "tokenizer": loaded.tokenizer_name}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
     recorder.intervals = plan.task.intervals(records)
     return metrics, records
