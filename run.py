@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from harness.pipeline import CellError, run_cell
+from harness.pipeline import CellDoesNotFit, CellError, run_cell
 from report.store import ResultsStore
 from report.summary import print_summary
 from report.wandb_logger import log_cell
@@ -31,6 +31,11 @@ def results_store(results_dir: str) -> ResultsStore:
 def main(cfg: DictConfig) -> None:
     try:
         rows = run_cell(cfg, results_store(cfg.results_dir))
+    except CellDoesNotFit as err:     # recorded as status=oom; in a sweep the other cells go on
+        print(f"error: {err}", file=sys.stderr)
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            sys.exit(2)
+        return
     except CellError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

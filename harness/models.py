@@ -183,25 +183,51 @@ def offline_tokenizer(name: str):
     return AutoTokenizer.from_pretrained(converted_dir(name))
 
 
-def load_model(cfg, device: str = "cpu", seed: int = 0) -> LoadedModel:
-    """Load the model described by a `configs/model/*.yaml` node and check its tokenizer."""
+def model_config(cfg):
+    """The model's transformers config without its weights (what the memory plan and placement read).
+
+    random / a hub model with a shape file: the shape file (no network); local: its config.json; offline
+    packages: the converted folder's (converted once); tiny: the tiny config.
+    """
+    from transformers import AutoConfig
+    from harness.random_model import shape_config, shape_file
     where = resolve_location(cfg)
-    dtype = _dtype(cfg.get("dtype", "auto"))
+    if cfg.source == "tiny":
+        return tiny_config(cfg.arch, len(char_tokenizer()))
+    if cfg.source == "random" or (cfg.source == "hub" and cfg.get("shape")):
+        return shape_config(shape_file(cfg.shape, cfg.name))
+    return AutoConfig.from_pretrained(converted_dir(where) if cfg.source == "gguf_package" else where)
+
+
+def model_dtype(cfg) -> torch.dtype:
+    return _dtype(cfg.get("dtype", "auto"))
+
+
+def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None = None) -> LoadedModel:
+    """Load the model described by a `configs/model/*.yaml` node straight onto its devices; check its tokenizer.
+
+    device_map: module name -> device (harness/placement.py), or None: all of it on `device`.
+    """
+    from harness.placement import dispatch
+    where = resolve_location(cfg)
+    dtype = model_dtype(cfg)
+    device_map = dict(device_map or {"": device})
     weights, tok_name = "pretrained", cfg.name
     if cfg.source == "tiny":
         model, tok = build_tiny(cfg.arch, dtype=dtype)
-        model, weights, tok_name = model.to(device), "tiny", "char"
+        model, weights, tok_name = dispatch(_place_whole(model, device_map), device_map), "tiny", "char"
     elif cfg.source == "random":
         from harness.random_model import materialize, meta_model, shape_config
         tok_name = random_tokenizer_name(cfg)
         tok = offline_tokenizer(tok_name)
-        model, weights = materialize(meta_model(shape_config(where), dtype), {"": device}, seed), "random"
+        model = materialize(meta_model(shape_config(where), dtype), device_map, seed)
+        model, weights = dispatch(model, device_map), "random"
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = converted_dir(where) if cfg.source == "gguf_package" else where
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
-                                                     device_map={"": device}).eval()
+                                                     device_map=device_map).eval()
     if cfg.source != "random":
         check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
     if tok.pad_token is None:
@@ -209,6 +235,11 @@ def load_model(cfg, device: str = "cpu", seed: int = 0) -> LoadedModel:
     tok.padding_side = "left"
     chat = bool(cfg.get("chat", False)) and bool(getattr(tok, "chat_template", None) or cfg.source != "random")
     return LoadedModel(model, tok, chat, cfg.name, weights, tok_name)
+
+
+def _place_whole(model, device_map: dict) -> torch.nn.Module:
+    """A small model built in host memory (tiny): moved whole when the map names one device."""
+    return model.to(device_map[""]) if list(device_map) == [""] else model
 
 
 def check_tokenizer(tok, check, name: str) -> None:

@@ -21,6 +21,10 @@ class CellError(ValueError):
     """Bad input detected before any weights are loaded; the message is one sentence for the user."""
 
 
+class CellDoesNotFit(CellError):
+    """The cell's memory plan exceeds the devices it was given (recorded as status=oom; a sweep goes on)."""
+
+
 @dataclass
 class CellPlan:
     cfg: DictConfig
@@ -124,8 +128,13 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
         print(f"[skip] {plan.key} already has rows ({recorder.cell}).")
         return store.rows(recorder)
     device = resolve_device(cfg.device)
+    memory = plan_memory(plan, device)
+    refusal = memory.refusal()
+    if refusal:
+        recorder.write_error(refusal, status="oom")
+        raise CellDoesNotFit(refusal)
     try:
-        metrics, records = execute(plan, device, recorder)
+        metrics, records = execute(plan, device, recorder, memory)
     except (KeyboardInterrupt, CellError):
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
@@ -134,32 +143,81 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     return recorder.write_ok(metrics, records)
 
 
-def load_prepared(plan: CellPlan, device: str):
-    """The cell's model on `device` (a LoadedModel), its architecture and quantizer checked, the quantizer
-    prepared (calibrated or loaded): what a run and a notebook session (notebook.py) both start from."""
+def plan_memory(plan: CellPlan, device: str):
+    """The cell's placement and memory plan (harness/memory_plan.py), printed; made before any weight loads."""
+    import torch
+    from harness.memory_plan import plan_cell
+    from harness.placement import device_of
+    from harness.seam import kernels_enabled
+    try:
+        use_kernels = kernels_enabled(torch.device(device_of(device)), str(plan.cfg.kernels), plan.quantizer)
+        memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels)
+    except (ValueError, FileNotFoundError) as err:
+        raise CellError(str(err)) from None
+    print(memory.describe())
+    return memory
+
+
+def static_decode_mode(cfg: DictConfig, devices: list[str]) -> tuple[str, str]:
+    """(static_decode mode to run, why it fell back to eager or ''): CUDA graphs capture one device."""
+    mode = str(cfg.get("static_decode", "auto"))
+    if len(devices) < 2 or mode == "off":
+        return mode, ""
+    reason = (f"static decode (frozen cache + CUDA graph) needs the model on one device, and this placement spans "
+              f"{', '.join(devices)}")
+    if mode == "on":
+        raise CellError(f"{reason}; use static_decode=auto or off.")
+    return "off", reason + ": decoded eagerly through transformers' generate."
+
+
+def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
+    """The cell's model on `device` (or placed by `device_map`; a LoadedModel), its architecture and quantizer
+    checked, the quantizer prepared (calibrated or loaded): what a run and a notebook session (notebook.py)
+    both start from."""
     from harness.models import load_model
     from harness.seam import check_architecture
-    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed))
+    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed), device_map=device_map)
     check_architecture(loaded.model.config)
     plan.quantizer.check(loaded.model.config)
     plan.quantizer.prepare(loaded.model, loaded.tokenizer)
     return loaded
 
 
-def execute(plan: CellPlan, device: str, recorder):
+def execute(plan: CellPlan, device: str, recorder, memory=None):
+    """Load, install the quantizer, run the task; `memory` (a MemoryPlan) places the model across devices."""
+    from harness.placement import devices_in
     from harness.seam import install
     cfg = plan.cfg
+    device_map = memory.device_map if memory is not None else None
+    devices = devices_in(device_map) if device_map else [device]
+    static_decode, fallback = static_decode_mode(cfg, devices)
     seed_everything(int(cfg.seed))
-    loaded = load_prepared(plan, device)
+    loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}
-        static_decode = str(cfg.get("static_decode", "auto"))
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
                                          static_decode=static_decode, paths=paths)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
-                        "static_decode": static_decode, "decode_batches": paths,
-                        "weights": loaded.weights, "tokenizer": loaded.tokenizer_name}
+                        "static_decode": str(cfg.get("static_decode", "auto")), "decode_batches": paths,
+                        "weights": loaded.weights, "tokenizer": loaded.tokenizer_name,
+                        **placement_provenance(memory, fallback)}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
     recorder.intervals = plan.task.intervals(records)
     return metrics, records
+
+
+def placement_provenance(memory, fallback: str) -> dict:
+    """Where the model lived (layer span per device), its memory plan in GB, and the host's peak RSS."""
+    import resource
+    out = {"host_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if fallback:
+        out["static_decode_fallback"] = fallback
+    if memory is None:
+        return out
+    layers: dict[str, list[int]] = {}
+    for index, dev in enumerate(memory.layer_devices):
+        layers.setdefault(dev, []).append(index)
+    out["placement"] = {dev: f"layers {idx[0]}-{idx[-1]}" for dev, idx in layers.items()}
+    out["memory_plan"] = memory.as_row()
+    return out
