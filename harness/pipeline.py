@@ -91,6 +91,8 @@ def validate(cfg: DictConfig) -> CellPlan:
         resolve_location(cfg.model)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
+    if cfg.model.get("unsupported"):
+        raise CellError(f"Model '{cfg.model.name}' cannot run here: {cfg.model.unsupported}")
     if cfg.model.get("model_type") and cfg.model.model_type not in SUPPORTED_MODEL_TYPES:
         raise CellError(f"Model '{cfg.model.name}' is a '{cfg.model.model_type}' architecture, which the KV seam "
                         f"does not support (supported: {', '.join(SUPPORTED_MODEL_TYPES)}).")
