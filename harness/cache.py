@@ -57,7 +57,7 @@ class ThreeRegionLayer(DynamicLayer):
         super().__init__()
         self.quantizer, self.layer_idx = quantizer, layer_idx
         self.use_kernels = use_kernels and quantizer.stores_codes
-        self.step_memo = {} if step_memo is None else step_memo   # shared by a cache's layers, per device (decode_lengths)
+        self.step_memo = {} if step_memo is None else step_memo   # shared by the layers, per device (decode_lengths)
         self.n_tokens = 0
         self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
         self._pending = False                  # a prefill chunk's demotion waits for the padding

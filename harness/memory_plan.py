@@ -114,9 +114,22 @@ def layer_kinds(config) -> list[str]:
     return list(types) if types else ["full_attention"] * config.num_hidden_layers
 
 
+def spec_bits(spec, head_dim: int) -> float:
+    """Stored bits per element of one quantized tensor: codes + scales/zeros (a spec that keeps its own
+    accounting, such as a non-uniform format's, gives it itself)."""
+    from kernels.format import bits_per_element
+    own = getattr(spec, "bits_per_element", None)
+    return float(own()) if callable(own) else bits_per_element(spec, head_dim)
+
+
+def layer_quantizer(quantizer, layer_idx: int, num_layers: int):
+    """The quantizer that stores one layer (a quantizer may leave some layers in full precision)."""
+    for_layer = getattr(quantizer, "for_layer", None)
+    return for_layer(layer_idx, num_layers) if callable(for_layer) else quantizer
+
+
 def layer_kv_bytes(config, quantizer, kind: str, work: Workload) -> int:
     """Bytes of one layer's KV cache at the workload's peak (module docstring)."""
-    from kernels.format import bits_per_element
     from harness.packed_history import grown_rows
     shape = shape_of(config)
     row = work.batch * shape["kv_heads"] * shape["head_dim"]               # elements per token per tensor
@@ -131,9 +144,16 @@ def layer_kv_bytes(config, quantizer, kind: str, work: Workload) -> int:
         if spec is None:
             total += work.tokens * fp_bytes
             continue
-        total += fp_rows * fp_bytes + int(held * row * bits_per_element(spec, shape["head_dim"]) / 8)
+        total += fp_rows * fp_bytes + int(held * row * spec_bits(spec, shape["head_dim"]) / 8)
         total += held * fp_bytes if work.reference_path else 0
     return total
+
+
+def kv_per_layer(config, quantizer, work: Workload) -> list[int]:
+    """Bytes of each layer's KV cache, through the quantizer that stores that layer."""
+    kinds = layer_kinds(config)
+    return [layer_kv_bytes(config, layer_quantizer(quantizer, i, len(kinds)), kind, work)
+            for i, kind in enumerate(kinds)]
 
 
 def activation_bytes(config, work: Workload) -> int:
@@ -168,8 +188,7 @@ def capture_bytes(config, quantizer) -> int:
 def plan_memory(config, quantizer, work: Workload, sizes: dict[str, int], layout: pl.Layout,
                 device_map: dict[str, str] | None, budgets: dict[str, int]) -> MemoryPlan:
     """Per-device bytes for a device map (None: no split fits; the plan then sums over the devices)."""
-    kinds = layer_kinds(config)
-    kv = [layer_kv_bytes(config, quantizer, kind, work) for kind in kinds]
+    kv = kv_per_layer(config, quantizer, work)
     where = device_map or {"": next(iter(budgets))}
     layer_devs = pl.layer_devices(where, layout)
     plans = {d: DevicePlan(budget=budgets.get(d, 0)) for d in dict.fromkeys([*budgets, *pl.devices_in(where)])}
@@ -196,7 +215,7 @@ def plan_memory(config, quantizer, work: Workload, sizes: dict[str, int], layout
 def auto_device_map(config, quantizer, work: Workload, sizes: dict[str, int], layout: pl.Layout,
                     budgets: dict[str, int]) -> dict[str, str] | None:
     """Layers in order over the devices, each device keeping room for its reserve and one layer's activations."""
-    kv = [layer_kv_bytes(config, quantizer, kind, work) for kind in layer_kinds(config)]
+    kv = kv_per_layer(config, quantizer, work)
     act = activation_bytes(config, work) + logits_bytes(config, quantizer, work)
     limits = {d: b - act - (CUDA_RESERVE if d.startswith("cuda") else 0) for d, b in budgets.items()}
     items = [(n, sizes[n]) for n in layout.head] + [(n, sizes[n] + k) for n, k in zip(layout.layers, kv)]

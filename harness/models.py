@@ -2,8 +2,8 @@
 weights of a real model's shape (`source: random`, a dry run: harness/random_model.py).
 
 Every loader returns a `LoadedModel` (model in eval mode, tokenizer, whether prompts use the chat
-template, where its weights and tokenizer came from).  The offline packages are converted once to a safetensors directory under the cache
-(`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
+template, where its weights and tokenizer came from).  The offline packages are converted once to a
+safetensors directory under the cache (`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
 
     python -c "from harness.models import prepare_offline_models; prepare_offline_models()"
 """

@@ -80,7 +80,8 @@ def test_a_cell_that_does_not_fit_is_refused_before_loading_and_recorded_as_oom(
     cfg = compose_cell("model=tiny_qwen3", "ctx=4k", f"results_dir={tmp_path}")
     with pytest.raises(CellDoesNotFit, match=r"^This cell needs \d+\.\d GB on cpu \(weights .* but has 0\.0 GB"):
         run_cell(cfg, ResultsStore(tmp_path))
-    rows = [json.loads(line) for path in (tmp_path / "rows").glob("*/*.jsonl") for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for path in (tmp_path / "rows").glob("*/*.jsonl")
+            for line in path.read_text().splitlines()]
     assert [row["status"] for row in rows] == ["oom"] and "refused before loading any weights" in rows[0]["error"]
 
 
