@@ -22,7 +22,7 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from harness.pipeline import CellError, run_cell
+    from harness.pipeline import CellDoesNotFit, CellError, run_cell
     from report.store import ResultsStore
     from report.summary import summary_text
     from report.wandb_logger import log_cell, log_failure
@@ -79,7 +79,8 @@ def fail(cfg: DictConfig, err: Exception, logged: bool) -> None:
     `logged`: an error row was written (the cell ran), so the failure goes to the experiment logger too."""
     bad_input = isinstance(err, CellError)
     detail = str(err) if bad_input else f"{type(err).__name__}: {err}"
-    line = f"error: {cell_name(cfg)}: {detail}" + (" (its rows say status=error)" if logged else "")
+    status = "oom" if isinstance(err, CellDoesNotFit) else "error"
+    line = f"error: {cell_name(cfg)}: {detail}" + (f" (its rows say status={status})" if logged else "")
     if logged:
         log_failure(cfg, detail, group=sweep_group())
     if HydraConfig.get().mode == RunMode.MULTIRUN:

@@ -57,7 +57,7 @@ class ThreeRegionLayer(DynamicLayer):
         super().__init__()
         self.quantizer, self.layer_idx = quantizer, layer_idx
         self.use_kernels = use_kernels and quantizer.stores_codes
-        self.step_memo = {} if step_memo is None else step_memo   # shared by a cache's layers (decode_lengths)
+        self.step_memo = {} if step_memo is None else step_memo   # shared by the layers, per device (decode_lengths)
         self.n_tokens = 0
         self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
         self._pending = False                  # a prefill chunk's demotion waits for the padding
@@ -217,6 +217,8 @@ class ThreeRegionLayer(DynamicLayer):
         if max(counts) > 0:
             trim = demote_rows(self, counts)
             self.keys, self.values = self.keys[..., trim:, :], self.values[..., trim:, :]
+            if prefill:     # a view would keep the whole chunk's full-precision rows alive until the next step
+                self.keys, self.values = self.keys.clone(), self.values.clone()
 
     def _alignment(self) -> int:
         """Prefill demotes any count, except channel-axis (KIVI) keys, which need whole token groups."""
@@ -227,8 +229,9 @@ class ThreeRegionLayer(DynamicLayer):
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, for the decode kernel.
 
         Every full-attention layer of a step has the same regions, so the first layer builds these small
-        tensors and the others reuse them (results/bench/step_ops.md). The per-sequence ones change only when
-        a demotion does; a host list goes to the device only then, and only when the sequences differ.
+        tensors and the others reuse them (results/bench/step_ops.md), one set per device (a model split over
+        several GPUs). The per-sequence ones change only when a demotion does; a host list goes to the device
+        only then, and only when the sequences differ.
         """
         if self.static is not None:
             return self.static.lengths
@@ -236,15 +239,16 @@ class ThreeRegionLayer(DynamicLayer):
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
         _, hist, _ = self.regions()
         starts = self.fp_starts()
-        rows_key = (tuple(hist), tuple(starts), batch, str(device))
-        if self.step_memo.get("rows_key") != rows_key:
-            self.step_memo.update(rows_key=rows_key, rows=(_int32(hist, device), _int32([0] * batch, device),
-                                                           _int32(starts, device)))
-        if self.step_memo.get("step_key") != (rows_key, n_fp):
-            hist_len, hist_start, fp_start = self.step_memo["rows"]
+        memo = self.step_memo.setdefault(str(device), {})
+        rows_key = (tuple(hist), tuple(starts), batch)
+        if memo.get("rows_key") != rows_key:
+            memo.update(rows_key=rows_key, rows=(_int32(hist, device), _int32([0] * batch, device),
+                                                 _int32(starts, device)))
+        if memo.get("step_key") != (rows_key, n_fp):
+            hist_len, hist_start, fp_start = memo["rows"]
             fp_len = torch.full((batch,), n_fp, dtype=torch.int32, device=device)
-            self.step_memo.update(step_key=(rows_key, n_fp), lengths=(hist_len, fp_len, hist_start, fp_start))
-        return self.step_memo["lengths"]
+            memo.update(step_key=(rows_key, n_fp), lengths=(hist_len, fp_len, hist_start, fp_start))
+        return memo["lengths"]
 
     def kernel_operands(self) -> tuple[torch.Tensor, ...]:
         """(k codes, k scale, k zero, v codes, v scale, v zero, fp keys, fp values) for the decode kernel.

@@ -1,8 +1,9 @@
-"""Model loading: HF hub ids, local directories, the offline GGUF packages, and tiny random configs.
+"""Model loading: HF hub ids, local directories, the offline GGUF packages, tiny random configs, and random
+weights of a real model's shape (`source: random`, a dry run: harness/random_model.py).
 
 Every loader returns a `LoadedModel` (model in eval mode, tokenizer, whether prompts use the chat
-template).  The offline packages are converted once to a safetensors directory under the cache
-(`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
+template, where its weights and tokenizer came from).  The offline packages are converted once to a
+safetensors directory under the cache (`$OSCAR_CACHE`, default ~/.cache/oscar-kv) so later loads take seconds.
 
     python -c "from harness.models import prepare_offline_models; prepare_offline_models()"
 """
@@ -16,7 +17,11 @@ from pathlib import Path
 
 import torch
 
-SUPPORTED_SOURCES = ("hub", "local", "gguf_package", "tiny")
+SUPPORTED_SOURCES = ("hub", "local", "gguf_package", "tiny", "random")
+# Tokenizers a random-weight model can use (all offline) and their vocabularies: the model's vocab must hold them.
+# smollm2_135m is the default: its 49,152 ids fit every paper model (Gemma 3's 262,144 fit none of them).
+RANDOM_TOKENIZERS = {"smollm2_135m": 49152, "gemma3_270m": 262144, "char": 100}
+DEFAULT_RANDOM_TOKENIZER = "smollm2_135m"
 _TINY_SHAPES = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                     head_dim=64, num_hidden_layers=2, max_position_embeddings=131072)
 
@@ -27,6 +32,8 @@ class LoadedModel:
     tokenizer: object
     chat: bool
     name: str
+    weights: str = "pretrained"      # pretrained | random (a dry run: harness/random_model.py) | tiny
+    tokenizer_name: str = ""         # the model's own, or the offline one a random-weight model borrows
 
 
 def cache_root() -> Path:
@@ -144,25 +151,95 @@ def resolve_location(cfg) -> str | Path:
         return cfg.path
     if cfg.source == "tiny":
         return cfg.arch
+    if cfg.source == "random":
+        return random_location(cfg)
     raise ValueError(f"Unknown model source '{cfg.source}'; expected one of {SUPPORTED_SOURCES}.")
 
 
-def load_model(cfg, device: str = "cpu") -> LoadedModel:
-    """Load the model described by a `configs/model/*.yaml` node and check its tokenizer."""
+def random_location(cfg) -> Path:
+    """The shape file of a random-weight model, its tokenizer checked against the shape's vocabulary."""
+    from harness.random_model import shape_fields, shape_file
+    path = shape_file(cfg.get("shape"), cfg.name)
+    name = random_tokenizer_name(cfg)
+    if name not in RANDOM_TOKENIZERS:
+        raise ValueError(f"model.random_tokenizer '{name}' is not an offline tokenizer; known: "
+                         f"{', '.join(RANDOM_TOKENIZERS)}.")
+    vocab = int(shape_fields(path)["vocab_size"])
+    if RANDOM_TOKENIZERS[name] > vocab:
+        raise ValueError(f"Tokenizer '{name}' has {RANDOM_TOKENIZERS[name]} ids, more than the {vocab} of "
+                         f"'{cfg.name}''s vocabulary; pick another with +model.random_tokenizer=...")
+    return path
+
+
+def random_tokenizer_name(cfg) -> str:
+    return str(cfg.get("random_tokenizer") or DEFAULT_RANDOM_TOKENIZER)
+
+
+def offline_tokenizer(name: str):
+    """An offline tokenizer by name: `char`, or an offline package model's (converted once)."""
+    if name == "char":
+        return char_tokenizer()
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(converted_dir(name))
+
+
+def model_config(cfg):
+    """The model's transformers config without its weights (what the memory plan and placement read).
+
+    random / a hub model with a shape file: the shape file (no network); local: its config.json; offline
+    packages: the converted folder's (converted once); tiny: the tiny config.
+    """
+    from transformers import AutoConfig
+    from harness.random_model import shape_config, shape_file
     where = resolve_location(cfg)
-    dtype = _dtype(cfg.get("dtype", "auto"))
+    if cfg.source == "tiny":
+        return tiny_config(cfg.arch, len(char_tokenizer()))
+    if cfg.source == "random" or (cfg.source == "hub" and cfg.get("shape")):
+        return shape_config(shape_file(cfg.shape, cfg.name))
+    return AutoConfig.from_pretrained(converted_dir(where) if cfg.source == "gguf_package" else where)
+
+
+def model_dtype(cfg) -> torch.dtype:
+    return _dtype(cfg.get("dtype", "auto"))
+
+
+def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None = None) -> LoadedModel:
+    """Load the model described by a `configs/model/*.yaml` node straight onto its devices; check its tokenizer.
+
+    device_map: module name -> device (harness/placement.py), or None: all of it on `device`.
+    """
+    from harness.placement import dispatch
+    where = resolve_location(cfg)
+    dtype = model_dtype(cfg)
+    device_map = dict(device_map or {"": device})
+    weights, tok_name = "pretrained", cfg.name
     if cfg.source == "tiny":
         model, tok = build_tiny(cfg.arch, dtype=dtype)
+        model, weights, tok_name = dispatch(_place_whole(model, device_map), device_map), "tiny", "char"
+    elif cfg.source == "random":
+        from harness.random_model import materialize, meta_model, shape_config
+        tok_name = random_tokenizer_name(cfg)
+        tok = offline_tokenizer(tok_name)
+        model = materialize(meta_model(shape_config(where), dtype), device_map, seed)
+        model, weights = dispatch(model, device_map), "random"
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         path = converted_dir(where) if cfg.source == "gguf_package" else where
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
-    check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
+                                                     device_map=device_map).eval()
+    if cfg.source != "random":
+        check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    return LoadedModel(model.to(device), tok, bool(cfg.get("chat", False)), cfg.name)
+    chat = bool(cfg.get("chat", False)) and bool(getattr(tok, "chat_template", None) or cfg.source != "random")
+    return LoadedModel(model, tok, chat, cfg.name, weights, tok_name)
+
+
+def _place_whole(model, device_map: dict) -> torch.nn.Module:
+    """A small model built in host memory (tiny): moved whole when the map names one device."""
+    return model.to(device_map[""]) if list(device_map) == [""] else model
 
 
 def check_tokenizer(tok, check, name: str) -> None:

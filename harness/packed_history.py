@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import torch
 
+from harness.placement import on_device
+
 MIRROR = "mirror"     # the reference path's dequantized rows, kept beside the packed parts
+GROWTH, MIN_ROWS = 2, 64   # a buffer grows to GROWTH x the rows it needs (at least MIN_ROWS): amortised appends
+
+
+def grown_rows(needed: int) -> int:
+    """Rows a growing buffer is given when it must hold `needed` (what harness/memory_plan.py plans for)."""
+    return max(GROWTH * needed, MIN_ROWS)
 
 
 class PackedHistory:
@@ -48,7 +56,8 @@ class PackedHistory:
             self.lengths = [0] * batch
         if self.use_kernels:
             from kernels.quant import quantize_pack
-            parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
+            with on_device(rows.device):                 # the layer's GPU (models split over several)
+                parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
         else:
             qt = self.quantizer.quantize(rows.float(), self.spec)
             parts = {"codes": qt.codes, "scale": qt.scale, "zero": qt.zero,
@@ -82,7 +91,7 @@ class PackedHistory:
         if buf is not None and needed <= buf.shape[-2]:
             return buf
         reserved = getattr(self, "reserved_tokens", 0) * part.shape[-2] // max(tokens, 1)
-        capacity = max(reserved, needed) if buf is None and reserved else max(2 * needed, 64)
+        capacity = max(reserved, needed) if buf is None and reserved else grown_rows(needed)
         grown = part.new_empty(*part.shape[:-2], capacity, part.shape[-1])
         if buf is not None:
             grown[..., :used, :] = buf[..., :used, :]

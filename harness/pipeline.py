@@ -26,6 +26,10 @@ class CellError(ValueError):
     """Bad input detected before any weights are loaded; the message is one sentence for the user."""
 
 
+class CellDoesNotFit(CellError):
+    """The cell's memory plan exceeds the devices it was given (recorded as status=oom; a sweep goes on)."""
+
+
 @dataclass
 class CellPlan:
     cfg: DictConfig
@@ -43,15 +47,23 @@ ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("quantizer", "rotation_dtype"): "float32",
     ("task", "max_new_tokens"): None,         # LongBench's cap (null: its per-dataset budgets); other tasks set it
 }
+DRY_RUN_SUFFIX = "@random"    # a random-weight model's rows are <model>@random (report/tables.py leaves them out)
+
+
+def model_label(model_cfg: DictConfig) -> str:
+    """The model name of a cell's rows: `<name>@random` for random weights (a dry run), else the name."""
+    return f"{model_cfg.name}{DRY_RUN_SUFFIX}" if model_cfg.get("source") == "random" else str(model_cfg.name)
 
 
 def cell_definition(cfg: DictConfig) -> tuple[dict, dict]:
     """(row key, cell settings): the key names the cell in tables; the hash of the settings is the cell id.
 
+    A random-weight cell's key names its model `<name>@random` (`model_label`), so it never joins real rows.
+
     The settings are the resolved model, quantizer, task and ctx groups and the seed (everything that
     changes results), less `_target_` (code, not a setting) and less ID_NEUTRAL_DEFAULTS at their defaults.
     """
-    key = {"model": cfg.model.name, "quantizer": cfg.quantizer.name, "task": cfg.task.name,
+    key = {"model": model_label(cfg.model), "quantizer": cfg.quantizer.name, "task": cfg.task.name,
            "ctx": cfg.ctx.name, "seed": int(cfg.seed)}
     full = {name: _settings(cfg[name]) for name in ("model", "quantizer", "task", "ctx")}
     full["task"]["module"] = str(cfg.task._target_).rpartition(".")[0]   # the task's identity is its module
@@ -100,6 +112,8 @@ def validate(cfg: DictConfig) -> CellPlan:
     CellError (one sentence) at the first that fails."""
     from harness.models import resolve_location
     from harness.seam import SUPPORTED_MODEL_TYPES
+    if cfg.model.get("unsupported"):
+        raise CellError(f"Model '{cfg.model.name}' cannot run here: {cfg.model.unsupported}")
     try:
         device = check_cell_options(cfg)
         quantizer = build_checked_quantizer(cfg.quantizer)
@@ -157,8 +171,13 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     except ValueError as err:
         raise CellError(str(err)) from None
     log.info("cell %s: %s", recorder.cell, describe(plan))
+    memory = plan_memory(plan, plan.device)
+    refusal = memory.refusal()
+    if refusal:
+        recorder.write_error(refusal, status="oom")
+        raise CellDoesNotFit(refusal)
     try:
-        metrics, records = execute(plan, plan.device, recorder)
+        metrics, records = execute(plan, plan.device, recorder, memory)
     except (KeyboardInterrupt, CellError):
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
@@ -167,13 +186,41 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     return recorder.write_ok(metrics, records)
 
 
-def load_prepared(plan: CellPlan, device: str):
-    """The cell's model on `device` (a LoadedModel), its architecture and quantizer checked, the quantizer
-    prepared (calibrated or loaded): what a run and a notebook session (notebook.py) both start from."""
+def plan_memory(plan: CellPlan, device: str):
+    """The cell's placement and memory plan (harness/memory_plan.py), printed; made before any weight loads."""
+    import torch
+    from harness.memory_plan import plan_cell
+    from harness.placement import device_of
+    from harness.seam import kernels_enabled
+    try:
+        use_kernels = kernels_enabled(torch.device(device_of(device)), str(plan.cfg.kernels), plan.quantizer)
+        memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels)
+    except (ValueError, FileNotFoundError) as err:
+        raise CellError(str(err)) from None
+    log.info("memory plan:\n%s", memory.describe())
+    return memory
+
+
+def static_decode_mode(cfg: DictConfig, devices: list[str]) -> tuple[str, str]:
+    """(static_decode mode to run, why it fell back to eager or ''): CUDA graphs capture one device."""
+    mode = str(cfg.get("static_decode", "auto"))
+    if len(devices) < 2 or mode == "off":
+        return mode, ""
+    reason = (f"static decode (frozen cache + CUDA graph) needs the model on one device, and this placement spans "
+              f"{', '.join(devices)}")
+    if mode == "on":
+        raise CellError(f"{reason}; use static_decode=auto or off.")
+    return "off", reason + ": decoded eagerly through transformers' generate."
+
+
+def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
+    """The cell's model on `device` (or placed by `device_map`; a LoadedModel), its architecture and quantizer
+    checked, the quantizer prepared (calibrated or loaded): what a run and a notebook session (notebook.py)
+    both start from."""
     from harness.models import load_model
     from harness.seam import check_architecture
     log.info("loading model %s (%s) on %s", plan.cfg.model.name, plan.cfg.model.source, device)
-    loaded = load_model(plan.cfg.model, device=device)
+    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed), device_map=device_map)
     try:
         check_architecture(loaded.model.config)
         plan.quantizer.check(loaded.model.config)      # against the model: head_dim, layers, rotation files
@@ -184,19 +231,41 @@ def load_prepared(plan: CellPlan, device: str):
     return loaded
 
 
-def execute(plan: CellPlan, device: str, recorder):
+def execute(plan: CellPlan, device: str, recorder, memory=None):
+    """Load, install the quantizer, run the task; `memory` (a MemoryPlan) places the model across devices."""
+    from harness.placement import devices_in
     from harness.seam import install
     cfg = plan.cfg
+    device_map = memory.device_map if memory is not None else None
+    devices = devices_in(device_map) if device_map else [device]
+    static_decode, fallback = static_decode_mode(cfg, devices)
     seed_everything(int(cfg.seed))
-    loaded = load_prepared(plan, device)
+    loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}
-        static_decode = str(cfg.get("static_decode", "auto"))
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
                                          static_decode=static_decode, paths=paths)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
-                        "static_decode": static_decode, "decode_batches": paths}
+                        "static_decode": str(cfg.get("static_decode", "auto")), "decode_batches": paths,
+                        "weights": loaded.weights, "tokenizer": loaded.tokenizer_name,
+                        **placement_provenance(memory, fallback)}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
     recorder.intervals = plan.task.intervals(records)
     return metrics, records
+
+
+def placement_provenance(memory, fallback: str) -> dict:
+    """Where the model lived (layer span per device), its memory plan in GB, and the host's peak RSS."""
+    import resource
+    out = {"host_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if fallback:
+        out["static_decode_fallback"] = fallback
+    if memory is None:
+        return out
+    layers: dict[str, list[int]] = {}
+    for index, dev in enumerate(memory.layer_devices):
+        layers.setdefault(dev, []).append(index)
+    out["placement"] = {dev: f"layers {idx[0]}-{idx[-1]}" for dev, idx in layers.items()}
+    out["memory_plan"] = memory.as_row()
+    return out

@@ -19,6 +19,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from harness.cache import KVView, ThreeRegionLayer
+from harness.placement import on_device
 from harness.quantizer import KVQuantizer
 
 ATTN_NAME = "kvq"
@@ -88,8 +89,9 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     """Triton split-K decode over [sink | packed history | recent]; query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     from kernels.decode import decode_attention
     lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
-    out = decode_attention(query, *layer.kernel_operands(), *lengths, sm_scale=scaling,
-                           k_spec=layer.history_k.spec, v_spec=layer.history_v.spec)   # [B, H_q, T_q, D]
+    with on_device(query.device):                                         # the layer's GPU (models split over several)
+        out = decode_attention(query, *layer.kernel_operands(), *lengths, sm_scale=scaling,
+                               k_spec=layer.history_k.spec, v_spec=layer.history_v.spec)   # [B, H_q, T_q, D]
     return out.transpose(1, 2).contiguous()
 
 

@@ -6,7 +6,7 @@ Layout under `results_dir`:
                                    (the resolved cell settings, artifact digests, how it ran, git commit and dirty flag)
     records/<task>/<cell>.jsonl    per-example outputs and scores (the audit trail of a score)
 `<cell>` is a hash of the config that defines the cell, so a sweep re-run skips what exists and
-retries cells whose rows say status=error.
+retries cells whose rows say status=error (or status=oom: refused by the memory plan).
 """
 from __future__ import annotations
 
@@ -159,8 +159,10 @@ class CellRecorder:
         self.on_write(self.cell)
         return rows
 
-    def write_error(self, message: str) -> list[dict]:
-        rows = [{**self.key, "metric": "error", "value": float("nan"), "status": "error", "error": message,
+    def write_error(self, message: str, status: str = "error") -> list[dict]:
+        """One row saying why the cell has no results: status `error` (it failed) or `oom` (refused by its memory
+        plan); either is retried by the next sweep."""
+        rows = [{**self.key, "metric": "error", "value": float("nan"), "status": status, "error": message,
                  **self._provenance()}]
         atomic_write_jsonl(rows_path(self.results_dir, self.key["task"], self.cell), rows)
         self.on_write(self.cell)

@@ -39,6 +39,9 @@ SEED_NOTE = ("Values are means over seeds; ± is the sample std when there is mo
              "[95% bootstrap interval over the examples] and n = examples; "
              f"{NO_INTERVAL} = the row predates recorded intervals. Call an ordering only where intervals separate.")
 CELL_KEYS = ("model", "quantizer", "task", "ctx")
+DRY_RUN_SUFFIX = "@random"     # harness.pipeline.cell_definition names a random-weight model's rows <model>@random
+DRY_RUN_NOTE = ("Models named <model>@random are dry runs with random weights of the model's shape (model.source=random): "
+                "their scores mean nothing; only their speed, memory and placement do.")
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
                  "#": r"\#", "$": r"\$", "^": r"\^{}", "~": r"\~{}"}
 
@@ -88,10 +91,23 @@ def quantizer_label(name: str) -> str:
     return QUANTIZER_LABELS.get(name, name)
 
 
-class Summary:
-    """Seed-averaged ok metrics, plus which cells exist at all (ok or not), looked up by name."""
+def dry_run_mask(rows: pd.DataFrame) -> pd.Series:
+    """True for rows of random-weight dry runs (model named <model>@random, or `run` saying weights: random)."""
+    named = rows["model"].astype(str).str.endswith(DRY_RUN_SUFFIX)
+    if "run" not in rows:
+        return named
+    return named | rows["run"].map(lambda run: isinstance(run, dict) and run.get("weights") == "random")
 
-    def __init__(self, rows: pd.DataFrame):
+
+class Summary:
+    """Seed-averaged ok metrics, plus which cells exist at all (ok or not), looked up by name.
+
+    Dry-run rows (random weights) are dropped unless `dry_runs`."""
+
+    def __init__(self, rows: pd.DataFrame, dry_runs: bool = False):
+        self.has_dry_runs = bool(dry_run_mask(rows).any()) if len(rows) else False
+        if not dry_runs and self.has_dry_runs:
+            rows = rows[~dry_run_mask(rows)]
         self.cells = {tuple(c) for c in rows[list(CELL_KEYS)].astype(str).drop_duplicates().itertuples(index=False)}
         self.stats = seed_stats(latest_ok_rows(rows))
 
@@ -272,11 +288,15 @@ def check_clean(rows: pd.DataFrame, allow_dirty: bool = False) -> None:
                          f"re-run them from a clean commit, or pass --allow-dirty to build tables that say so.")
 
 
-def all_tables(rows: pd.DataFrame) -> list[Table]:
-    """Every results table that the rows can fill (a table with no block is still returned, empty)."""
-    summary = Summary(rows)
+def all_tables(rows: pd.DataFrame, dry_runs: bool = False) -> list[Table]:
+    """Every results table that the rows can fill (a table with no block is still returned, empty); dry runs
+    (random weights) only with `dry_runs`, footnoted."""
+    summary = Summary(rows, dry_runs)
     tables = [main_table(summary), ruler_by_ctx_table(summary), ruler_variants_table(summary),
               fidelity_table(summary)]
+    if dry_runs and summary.has_dry_runs:
+        for table in tables:
+            table.notes.append(DRY_RUN_NOTE)
     dirty = dirty_cells(rows)
     if dirty:
         cells = rows[rows["status"] == "ok"]["cell"].nunique()
@@ -352,15 +372,17 @@ def bench_markdown(bench_dir: Path) -> str | None:
     return "# Kernel and throughput benchmarks\n\n" + "\n".join(sections)
 
 
-def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty: bool = False) -> list[Path]:
+def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty: bool = False,
+                 dry_runs: bool = False) -> list[Path]:
     """Write <name>.md and <name>.tex for each table, and bench.md when benchmarks exist; return the paths.
 
-    Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells)."""
+    Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells); dry runs
+    (random weights) are left out unless `dry_runs`."""
     check_clean(rows, allow_dirty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in all_tables(rows):
+    for table in all_tables(rows, dry_runs):
         for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
             path = out_dir / f"{table.name}{suffix}"
             path.write_text(render(table))

@@ -10,7 +10,7 @@ results/tables) it also rewrites the README's headline table between its markers
 generated tables that README.md and docs/*.md include (report/includes.py). The logic lives in
 report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
 Rows that ran from a modified tree (git_sha ...-dirty) are refused unless --allow-dirty; the tables then
-say how many cells did.
+say how many cells did. Dry runs (random weights, models named <model>@random) are left out unless --dry-runs.
 """
 from __future__ import annotations
 
@@ -32,13 +32,15 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="results store (rows/ below it)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <results>/tables)")
     parser.add_argument("--allow-dirty", action="store_true", help="accept rows that ran from a modified tree")
+    parser.add_argument("--dry-runs", action="store_true", help="include random-weight dry runs (footnoted)")
     args = parser.parse_args()
     out = args.out or args.results / "tables"
     if not (args.results / "rows").is_dir():
         sys.exit(f"error: '{args.results}' is not a results store (it has no rows/ folder); pass --results DIR.")
     rows = load_rows(args.results)
     try:
-        written = write_tables(rows, args.results / "bench", out, allow_dirty=args.allow_dirty)
+        written = write_tables(rows, args.results / "bench", out, allow_dirty=args.allow_dirty,
+                               dry_runs=args.dry_runs)
     except ValueError as err:
         sys.exit(f"error: {err}")
     for path in written:

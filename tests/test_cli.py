@@ -22,6 +22,7 @@ def run(*overrides, results_dir, timeout=300):
     (["model=no_such_model"], "no_such_model"),
     (["task=no_such_task"], "no_such_task"),
     (["ctx=64k"], "exceeds model 'gemma3_270m''s 32768 positions"),
+    (["model=glm47_fp8"], "Model 'glm47_fp8' cannot run here: GLM-4.7-FP8 is a 358B glm4_moe"),
     (["model=tiny_qwen3", "model.source=local", "model.path=/nonexistent/model"], "/nonexistent/model"),
     (["quantizer=oscar", "quantizer.rotation_dir=/nonexistent/rotations"], "/nonexistent/rotations"),
     (["quantizer=oscar", "quantizer.center_keys=true", "quantizer.rotation_dir=configs"],

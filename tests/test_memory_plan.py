@@ -1,0 +1,93 @@
+"""The memory plan against what a prefill really holds (weights + KV cache storage), and cells refused by it."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from harness.memory_plan import plan_cell
+from harness.models import load_model
+from harness.packed_history import PackedHistory
+from harness.pipeline import CellDoesNotFit, run_cell
+from harness.quantizer import build_quantizer
+from harness.seam import install
+from report.store import ResultsStore
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = 512
+QUANTIZERS = ("bf16", "naive_int2", "kivi2", "quarot_int2")
+OFFLINE_QUANTIZERS = ("bf16", "kivi2")      # the offline models' prefills are slow on 2 cores: two layouts
+
+
+def compose_cell(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("config", list(overrides))
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (what is allocated, not what a view shows)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def cache_tensors(cache) -> list[torch.Tensor]:
+    out = []
+    for layer in cache.layers:
+        for value in vars(layer).values():
+            if isinstance(value, torch.Tensor) and value.device.type != "meta":
+                out.append(value)
+            elif isinstance(value, PackedHistory):
+                out.extend(value.buffers.values())
+    return out
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen3", "tiny_gemma3", "gemma3_270m", "smollm2_135m"])
+def test_plan_matches_weights_and_cache_after_a_prefill(model):
+    cfg = compose_cell(f"model={model}", f"ctx.tokens={PROMPT}", "task.max_new_tokens=0")
+    loaded = load_model(cfg.model, device="cpu")
+    weights = storage_bytes([*loaded.model.parameters(), *loaded.model.buffers()])
+    ids = torch.randint(5, loaded.model.config.vocab_size, (1, PROMPT))
+    for name in QUANTIZERS if model.startswith("tiny") else OFFLINE_QUANTIZERS:
+        quantizer = build_quantizer(name)
+        plan = plan_cell(cfg, quantizer, "cpu", use_kernels=False, budgets={"cpu": 10**12}).devices["cpu"]
+        with install(loaded.model, quantizer, kernels="reference") as seam, torch.inference_mode():
+            cache = seam.new_cache()
+            loaded.model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        kv = storage_bytes(cache_tensors(cache))
+        assert plan.weights == pytest.approx(weights, rel=0.01), name
+        assert plan.kv == pytest.approx(kv, rel=0.15), name
+        assert plan.weights + plan.kv == pytest.approx(weights + kv, rel=0.15), name
+
+
+def test_a_prefill_keeps_only_the_windows_in_full_precision():
+    """The fp rows of a prefilled three-region layer are a buffer of sink + recent rows, not a view of the prompt."""
+    cfg = compose_cell("model=tiny_qwen3")
+    loaded = load_model(cfg.model, device="cpu")
+    quantizer = build_quantizer("kivi2")
+    with install(loaded.model, quantizer, kernels="reference") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        loaded.model(torch.randint(5, 90, (1, PROMPT)), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    layer = cache.layers[0]
+    assert layer.keys.shape[-2] == quantizer.recent_tokens
+    assert layer.keys.untyped_storage().nbytes() == layer.keys.numel() * layer.keys.element_size()
+
+
+def test_a_cell_that_does_not_fit_is_refused_before_loading_and_recorded_as_oom(tmp_path, monkeypatch):
+    import harness.memory_plan as memory_plan
+    monkeypatch.setattr(memory_plan.pl, "device_budget", lambda device: 2 * 10**6)      # a 2 MB "device"
+    monkeypatch.setattr("harness.models.load_model", lambda *a, **k: pytest.fail("weights were loaded"))
+    cfg = compose_cell("model=tiny_qwen3", "ctx=4k", f"results_dir={tmp_path}")
+    with pytest.raises(CellDoesNotFit, match=r"^This cell needs \d+\.\d GB on cpu \(weights .* but has 0\.0 GB"):
+        run_cell(cfg, ResultsStore(tmp_path))
+    rows = [json.loads(line) for path in (tmp_path / "rows").glob("*/*.jsonl")
+            for line in path.read_text().splitlines()]
+    assert [row["status"] for row in rows] == ["oom"] and "refused before loading any weights" in rows[0]["error"]
+
+
+def test_rows_record_the_placement_and_the_plan(tmp_path):
+    cfg = compose_cell("model=tiny_qwen3", "quantizer=naive_int2", "task.samples=1", "task.max_new_tokens=4",
+                       f"results_dir={tmp_path}")
+    row = run_cell(cfg, ResultsStore(tmp_path))[0]
+    assert row["run"]["placement"] == {"cpu": "layers 0-1"}
+    assert row["run"]["memory_plan"]["cpu"]["weights"] > 0 and row["run"]["host_peak_mb"] > 0

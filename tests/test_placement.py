@@ -1,0 +1,147 @@
+"""Placement over several devices (fake GPU budgets, no GPU needed) and per-device cache tensors (CPU + meta)."""
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from transformers.cache_utils import Cache
+
+from harness import placement as pl
+from harness.cache import ThreeRegionLayer
+from harness.memory_plan import plan_cell
+from harness.models import load_model, model_config
+from harness.pipeline import CellError, static_decode_mode
+from harness.quantizer import build_quantizer
+from harness.random_model import materialize, meta_model, shape_config
+from harness.seam import Seam
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_SHAPE = ROOT / "tests" / "fixtures" / "tiny_qwen3_shape.json"
+GB = 10**9
+
+
+def compose_cell(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("config", list(overrides))
+
+
+def test_split_fills_devices_in_order_within_their_limits():
+    items = [("head", 3), *((f"layer{i}", 10) for i in range(6)), ("tail", 3)]
+    even = pl.split(items, {"cuda:0": 100, "cuda:1": 100})
+    assert [even[f"layer{i}"] for i in range(6)] == ["cuda:0"] * 3 + ["cuda:1"] * 3   # both GPUs used, in order
+    assert even["head"] == "cuda:0" and even["tail"] == "cuda:1"
+    tight = pl.split(items, {"cuda:0": 25, "cuda:1": 30, "cuda:2": 20})
+    for device, limit in {"cuda:0": 25, "cuda:1": 30, "cuda:2": 20}.items():
+        assert sum(c for n, c in items if tight[n] == device) <= limit                 # max_memory respected
+    assert list(tight.values()) == sorted(tight.values())                              # layer order kept
+    assert pl.split(items, {"cuda:0": 30, "cuda:1": 30}) is None                        # 66 bytes do not fit in 60
+
+
+@pytest.mark.parametrize("model, head, tail", [
+    ("qwen3_8b", ["model.embed_tokens", "model.rotary_emb"], ["model.norm", "lm_head"]),
+    ("qwen3_4b_thinking", ["model.embed_tokens", "model.rotary_emb", "lm_head"], ["model.norm"]),   # tied lm_head
+])
+def test_layout_keeps_tied_weights_with_the_embedding(model, head, tail):
+    meta = meta_model(model_config(compose_cell(f"model={model}").model), torch.bfloat16)
+    layout = pl.module_layout(meta)
+    assert layout.head == head and layout.tail == tail and len(layout.layers) == 36
+    sizes = pl.module_bytes(meta, layout.head + layout.layers + layout.tail)
+    assert sum(sizes.values()) == sum(p.numel() * 2 for p in {id(p): p for p in meta.parameters()}.values()) \
+        + sum(b.numel() * b.element_size() for b in meta.buffers())
+
+
+def test_auto_places_qwen3_32b_at_128k_over_two_80gb_gpus_and_refuses_one():
+    cfg = compose_cell("model=qwen3_32b", "model.source=random", "model.dtype=bfloat16", "ctx=128k", "device_map=auto")
+    budgets = {"cuda:0": 80 * GB, "cuda:1": 80 * GB}
+    plan = plan_cell(cfg, build_quantizer("bf16"), "cuda", use_kernels=True, budgets=budgets)
+    assert plan.refusal() is None
+    assert plan.layer_devices == sorted(plan.layer_devices) and set(plan.layer_devices) == set(budgets)
+    assert plan.device_map["model.embed_tokens"] == "cuda:0" and plan.device_map["lm_head"] == "cuda:1"
+    for device, part in plan.devices.items():
+        assert 0 < part.total <= budgets[device]
+    assert sum(p.weights for p in plan.devices.values()) == pytest.approx(65.5 * GB, rel=0.01)
+    one = plan_cell(cfg, build_quantizer("bf16"), "cuda", use_kernels=True, budgets={"cuda:0": 80 * GB})
+    assert one.device_map is None and one.refusal().startswith("This cell needs ")
+
+
+def test_max_memory_caps_what_auto_puts_on_a_gpu():
+    cfg = compose_cell("model=qwen3_8b", "model.source=random", "model.dtype=bfloat16", "ctx=32k", "device_map=auto",
+                       "max_memory={0: 10GB, 1: 80GB}")
+    budgets = pl.budgets(["cuda:0", "cuda:1"], cfg.max_memory)
+    assert budgets == {"cuda:0": 10 * GB, "cuda:1": 80 * GB}
+    plan = plan_cell(cfg, build_quantizer("kivi2"), "cuda", use_kernels=True, budgets=budgets)
+    assert plan.refusal() is None and plan.devices["cuda:0"].total <= 10 * GB
+    assert plan.layer_devices.count("cuda:0") < plan.layer_devices.count("cuda:1")
+
+
+def test_model_gpus_above_one_means_auto_and_explicit_maps_are_kept():
+    from harness.memory_plan import requested_devices
+    assert requested_devices(compose_cell(), "cpu") == ("single", ["cpu"])
+    mode, _ = requested_devices(compose_cell("model=qwen3_32b", "+model.gpus=2"), "cuda")
+    assert mode == "auto"
+    mode, device_map = requested_devices(compose_cell("device_map={model: 0, lm_head: 1}"), "cuda")
+    assert (mode, device_map) == ("explicit", {"model": "cuda:0", "lm_head": "cuda:1"})
+
+
+def test_an_explicit_split_places_each_layer_and_its_cache():
+    cfg = compose_cell("model=qwen3_8b", "model.source=random", "model.dtype=bfloat16", "ctx=32k",
+                       "device_map={model.embed_tokens: 0, model.rotary_emb: 0, model.layers.0: 0, model.layers: 1, "
+                       "model.norm: 1, lm_head: 1}")
+    plan = plan_cell(cfg, build_quantizer("bf16"), "cuda", use_kernels=True,
+                     budgets={"cuda:0": 80 * GB, "cuda:1": 80 * GB})
+    assert plan.layer_devices == ["cuda:0"] + ["cuda:1"] * 35
+    assert plan.devices["cuda:1"].kv == 35 * plan.devices["cuda:0"].kv
+
+
+def test_materialize_follows_a_device_map_of_several_entries():
+    config = shape_config(TINY_SHAPE)
+    meta = meta_model(config, torch.float32)
+    layout = pl.module_layout(meta)
+    device_map = {name: "cpu" for name in layout.head + layout.layers + layout.tail}
+    model = materialize(meta, device_map, seed=0)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert pl.layer_devices(device_map, layout) == ["cpu", "cpu"]
+
+
+def test_cache_tensors_live_on_their_layers_device():
+    """Layer 0 on the CPU and layer 1 on the meta device (a stand-in for a second GPU)."""
+    quantizer = build_quantizer("quarot_int2", recent=8, page=8)
+    quantizer.check(shape_config(TINY_SHAPE))
+    memo = {}
+    layers = [ThreeRegionLayer(quantizer, i, step_memo=memo) for i in range(2)]
+    cache = Cache(layers=layers)
+    for idx, device in enumerate(["cpu", "meta"]):
+        rows = torch.randn(2, 2, 40, 64, device=device)                          # [B, H_kv, T, D]
+        cache.update(rows, rows, idx)
+        cache.update(rows[..., :1, :], rows[..., :1, :], idx)                   # a decode step demotes
+    for layer, device in zip(layers, ["cpu", "meta"]):
+        assert layer.history_length > 0
+        tensors = [layer.keys, layer.values, layer.key_rotation, *layer.history_k.buffers.values(),
+                   *layer.history_v.buffers.values(), *layer.decode_lengths(None, torch.device(device))]
+        assert {t.device.type for t in tensors} == {device}
+
+
+def test_value_rotation_is_folded_on_each_layers_device(tiny):
+    model, _ = tiny("qwen3")
+    model.model.layers[1].to("meta")
+    quantizer = build_quantizer("quarot_int2")
+    quantizer.check(model.config)
+    seam = Seam(model, quantizer).apply()
+    try:
+        devices = [m._kvq_output_rotation.device.type for m in seam.modules]
+        assert devices == ["cpu", "meta"]
+    finally:
+        seam.remove()
+
+
+def test_static_decode_falls_back_to_eager_across_devices_and_says_why():
+    assert static_decode_mode(compose_cell(), ["cuda:0"]) == ("auto", "")
+    mode, reason = static_decode_mode(compose_cell(), ["cuda:0", "cuda:1"])
+    assert mode == "off" and "spans cuda:0, cuda:1" in reason
+    with pytest.raises(CellError, match="needs the model on one device"):
+        static_decode_mode(compose_cell("static_decode=on"), ["cuda:0", "cuda:1"])
+
+
+def test_tiny_model_loads_through_a_one_device_map():
+    loaded = load_model(compose_cell("model=tiny_llama").model, device_map={"": "cpu"})
+    assert loaded.model.hf_device_map == {"": "cpu"} and loaded.weights == "tiny"
