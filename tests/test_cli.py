@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.pipeline import validate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +47,14 @@ def test_the_headline_command_on_the_default_model_suggests_a_runnable_one(tmp_p
     assert "qwen3_8b (Qwen/Qwen3-8B)" in line and "gemma3_270m" in line and "smollm2" not in line
     assert line.endswith("python run.py model=qwen3_8b model.source=random quantizer=oscar task=ruler_niah ctx=128k")
     assert not (tmp_path / "rows").exists()
+    suggested = line.rpartition("python run.py ")[2].split()
+    assert validate(compose_cell(suggested + [f"results_dir={tmp_path}"])).key["model"] == "qwen3_8b@random"
+
+
+def compose_cell(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("config", overrides)
 
 
 def test_tiny_run_writes_rows_then_skips(tmp_path):
