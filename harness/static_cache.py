@@ -240,8 +240,9 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
     choose = choose or (lambda logits: logits.argmax(-1))
     mask = enc["attention_mask"]
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
-    with torch.inference_mode():
-        logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True).logits[:, -1]
+    with torch.inference_mode():                          # logits of the last position only: [B, 1, V], not [B, T, V]
+        logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True,
+                       logits_to_keep=1).logits[:, -1]
     state = freeze(cache, max_new_tokens, mask)
     step = DecodeStep(model, cache, state, graph=graph)
     next_position = mask.long().sum(-1, keepdim=True)                              # [B, 1]
