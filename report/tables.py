@@ -340,12 +340,12 @@ def splice_headline(text: str, table: str) -> str:
 
 
 def latex_cell(text: str) -> str:
-    """Escape LaTeX specials; ± -> $\\pm$, † -> $^\\dagger$, a leading minus -> $-$, MISSING -> --."""
+    """Escape LaTeX specials; ± -> $\\pm$, † -> $^\\dagger$, ‡ -> $^\\ddagger$, a leading minus -> $-$, MISSING -> --."""
     if text == MISSING:
         return "--"
     text = re.sub(r"[\\{}_%&#$^~]", lambda m: LATEX_ESCAPES[m.group()], text)
     text = re.sub(r"^-(?=\d)", "$-$", text)
-    return text.replace("±", r"$\pm$").replace(NO_INTERVAL, r"$^\dagger$")
+    return text.replace("±", r"$\pm$").replace(NO_INTERVAL, r"$^\dagger$").replace("‡", r"$^\ddagger$")
 
 
 def to_latex(table: Table) -> str:
@@ -374,15 +374,17 @@ def bench_markdown(bench_dir: Path) -> str | None:
 
 def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty: bool = False,
                  dry_runs: bool = False) -> list[Path]:
-    """Write <name>.md and <name>.tex for each table, and bench.md when benchmarks exist; return the paths.
+    """Write <name>.md and <name>.tex for each table and each paper table (report/paper_tables.py), and bench.md
+    when benchmarks exist; return the paths.
 
-    Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells); dry runs
-    (random weights) are left out unless `dry_runs`."""
+    Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells). Random-weight
+    dry runs are left out unless `dry_runs`; then they are footnoted, and marked "@random" in every table."""
+    from report.paper_tables import paper_tables   # it builds on this module
     check_clean(rows, allow_dirty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in all_tables(rows, dry_runs):
+    for table in all_tables(rows, dry_runs) + paper_tables(rows, dry_runs):
         for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
             path = out_dir / f"{table.name}{suffix}"
             path.write_text(render(table))

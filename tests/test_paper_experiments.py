@@ -1,0 +1,81 @@
+"""The paper's experiments (configs/experiment/paper_*.yaml) expand to the paper's grids (METHOD_OSCAR.md §11)."""
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.pipeline import build_checked_quantizer
+from report.sweep_plan import grid_axes
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+PAPER_MODELS = ["qwen3_4b_thinking", "qwen3_8b", "qwen3_32b"]
+PAPER_TASKS = ["gpqa_diamond", "humaneval", "livecodebench", "aime25", "math500"]
+MAIN_QUANTIZERS = ["bf16", "saw_int4", "turboquant_k3v3", "quarot_int2", "naive_int2", "oscar"]
+ABLATIONS = ["oscar", "ablation/oscar_h", "ablation/oscar_none", "ablation/oscar_u", "ablation/oscar_center",
+             "ablation/oscar_kchan"]
+
+
+@pytest.fixture(scope="module")
+def composer():
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        yield lambda overrides: compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def grid(config) -> set[tuple]:
+    return {tuple(c[a] for a in ("model", "quantizer", "task", "ctx", "seed")) for c in grid_axes(config)}
+
+
+def product(*axes) -> set[tuple]:
+    return set(itertools.product(*axes))
+
+
+def test_paper_main_is_the_main_table_grid(composer):
+    config = composer(["experiment=paper_main"])
+    assert config.hydra.mode.name == "MULTIRUN"
+    assert grid(config) == product(PAPER_MODELS, MAIN_QUANTIZERS, PAPER_TASKS, ["32k"], list("01234"))
+    assert len(grid_axes(config)) == 450
+
+
+def test_paper_aime_int2_runs_aime25_at_32k(composer):
+    config = composer(["experiment=paper_aime_int2"])
+    assert config.task.name == "aime25"
+    assert grid(config) == product(["qwen3_8b", "qwen3_32b"], ["bf16", "kivi2", "quarot_int2", "naive_int2", "oscar"],
+                                   ["aime25"], ["32k"], list("01234"))
+
+
+def test_paper_ruler_sweeps_16k_to_128k(composer):
+    config = composer(["experiment=paper_ruler"])
+    assert len(config.task.variants) == 8
+    assert grid(config) == product(["qwen3_8b", "qwen3_32b"], ["bf16", "quarot_int2", "oscar"], ["ruler_niah"],
+                                   ["16k", "32k", "64k", "128k"], ["0"])
+
+
+def test_paper_ablation_maps_the_variants_to_oscar_options(composer):
+    config = composer(["experiment=paper_ablation"])
+    assert config.results_dir == "results/paper_ablation"
+    assert grid(config) == product(["qwen3_8b"], ABLATIONS, PAPER_TASKS, ["32k"], ["0", "1", "2"])
+    expected = {"oscar": ("r_h_pbr", False, "token"), "ablation/oscar_h": ("h", False, "token"),
+                "ablation/oscar_none": ("none", False, "token"), "ablation/oscar_u": ("u", False, "token"),
+                "ablation/oscar_center": ("r_h_pbr", True, "token"), "ablation/oscar_kchan": ("r_h_pbr", False, "channel")}
+    for name, options in expected.items():
+        q = composer([f"quantizer={name}"]).quantizer
+        assert (q.compose, q.center_keys, q.key.axis) == options
+        assert build_checked_quantizer(q).name == name.split("/")[-1]        # distinct names: distinct table rows
+
+
+def test_the_ablation_fidelity_command_overrides_the_sweep(composer):
+    config = composer(["experiment=paper_ablation", "task=fidelity", "seed=0", "model=qwen3_4b_thinking"])
+    assert grid(config) == product(["qwen3_4b_thinking"], ABLATIONS, ["fidelity"], ["32k"], ["0"])
+
+
+def test_paper_throughput_points_at_the_benchmark(composer):
+    settings = composer(["experiment=paper_throughput"]).paper_throughput
+    assert (CONFIGS.parent / settings.script).is_file()
+    assert list(settings.batch) == [1, 8, 32] and settings.ctx == 102400
+
+
+@pytest.mark.parametrize("name", ["paper_main", "paper_aime_int2", "paper_ruler", "paper_ablation"])
+def test_each_paper_experiment_says_how_to_run_it_and_composes_a_random_dry_run(composer, name):
+    assert f"experiment={name}" in (CONFIGS / "experiment" / f"{name}.yaml").read_text()
+    assert composer([f"experiment={name}", "model.source=random"]).model.source == "random"

@@ -1,0 +1,102 @@
+"""The paper's tables: the paper's value beside ours and the difference, cells not run as "–", random-weight dry
+runs left out by default and marked when asked for; results/paper/oscar_paper.yaml's schema."""
+import math
+
+import pandas as pd
+import pytest
+
+from report.paper_tables import (DRY_MARK, PAPER_FILE, load_paper, paper_tables, split_dry_runs)
+from report.store import CellRecorder, load_rows
+from report.tables import MISSING, to_latex, to_markdown, write_tables
+
+FIELDS = {"source", "model", "method", "label", "task", "metric", "ctx", "value", "std", "runs"}
+
+
+def write_cell(store, model, quantizer, task, seed, metrics):
+    key = {"model": model, "quantizer": quantizer, "task": task, "ctx": "32k", "seed": seed}
+    CellRecorder(store, key, {**key, "tag": "test"}).write_ok(metrics)
+
+
+@pytest.fixture
+def rows(tmp_path):
+    """Qwen3-8B OSCAR AIME25 over two seeds (60, 70), BF16 one seed, and a dry run of OSCAR GPQA."""
+    for seed, value in ((0, 60.0), (1, 70.0)):
+        write_cell(tmp_path, "qwen3_8b", "oscar", "aime25", seed, {"aime25_pass1": value, "bits_per_element": 2.38})
+    write_cell(tmp_path, "qwen3_8b", "bf16", "aime25", 0, {"aime25_pass1": 80.0, "bits_per_element": 16.0})
+    write_cell(tmp_path, "qwen3_8b@random", "oscar", "gpqa_diamond", 0, {"gpqa_diamond_pass1": 25.0})
+    return load_rows(tmp_path)
+
+
+def block_rows(table, model, method_label):
+    block = next(b for b in table.blocks if b.title == model)
+    return {row[1]: dict(zip(block.columns, row)) for row in block.rows if row[0] == method_label}
+
+
+def test_the_paper_file_has_every_number_with_its_source():
+    paper = load_paper()
+    assert set(paper.columns) == FIELDS
+    assert len(paper) == 233                      # 188 main table, 20 AIME INT2, 2 RULER, 5 ablation, 18 throughput
+    assert paper["source"].str.contains("METHOD_OSCAR.md §11.").all()
+    assert paper["value"].map(lambda v: isinstance(v, float)).all()
+    assert not paper.duplicated(["source", "model", "method", "metric", "ctx"]).any()
+    counts = paper.groupby(paper["source"].str.extract(r"(§11\.\d)")[0]).size().to_dict()
+    assert counts == {"§11.1": 188, "§11.2": 20, "§11.3": 2, "§11.4": 18, "§11.7": 5}
+    main = paper[paper["source"].str.contains("§11.1")]
+    assert len(main[main["metric"].str.endswith("_pass1")]) == 4 * 6 * 5       # models x methods x tasks
+
+
+def test_ours_sits_beside_the_paper_with_the_difference(rows):
+    aime = next(t for t in paper_tables(rows) if t.name == "paper_aime_int2")
+    oscar = block_rows(aime, "qwen3_8b", "OSCAR")
+    assert oscar["paper"]["AIME25"] == "66.67±3.33"                               # METHOD_OSCAR.md §11.2
+    assert oscar["ours"]["AIME25"] == f"65.00±{pd.Series([60.0, 70.0]).std():.2f}"
+    assert oscar["ours - paper"]["AIME25"] == f"{65.0 - 66.67:+.2f}"
+    assert oscar["ours"]["BPE"] == "2.38" and oscar["ours - paper"]["BPE"] == ""
+    kitty = block_rows(aime, "qwen3_8b", "Kitty")
+    assert kitty["paper"]["AIME25"] == "59.67±10.33" and kitty["ours"]["AIME25"] == MISSING
+    assert kitty["ours - paper"]["AIME25"] == MISSING
+
+
+def test_cells_not_run_are_missing_and_the_paper_main_table_keeps_its_layout(rows):
+    main = next(t for t in paper_tables(rows) if t.name == "paper_main")
+    assert [b.title for b in main.blocks] == ["qwen3_4b_thinking", "qwen3_8b", "qwen3_32b", "glm47_fp8"]
+    assert main.blocks[0].columns == ["Method", "Row", "BPE", "GPQA", "HumanE", "LCB v6", "AIME25", "MATH500",
+                                      "Mean", "Drop"]
+    oscar = block_rows(main, "qwen3_8b", "OSCAR")
+    assert oscar["paper"]["GPQA"] == "55.05±1.47" and oscar["paper"]["Mean"] == "69.416"
+    assert oscar["ours"]["AIME25"].startswith("65.00±") and oscar["ours - paper"]["AIME25"] == f"{65 - 66.67:+.2f}"
+    assert oscar["ours"]["GPQA"] == MISSING and oscar["ours"]["Mean"] == MISSING     # four tasks not run: no mean
+    assert block_rows(main, "qwen3_32b", "Saw-INT4")["paper"]["Drop"] == "+0.24"
+
+
+def test_dry_runs_are_left_out_unless_asked_and_then_marked(rows):
+    main = next(t for t in paper_tables(rows) if t.name == "paper_main")
+    assert "dry run" not in to_markdown(main)
+    main = next(t for t in paper_tables(rows, dry_runs=True) if t.name == "paper_main")
+    oscar = block_rows(main, "qwen3_8b", "OSCAR")
+    assert oscar[f"dry run {DRY_MARK}"]["GPQA"] == f"25.00{DRY_MARK}"
+    assert oscar["ours"]["GPQA"] == MISSING                                 # never shown as ours
+    assert any(DRY_MARK in note for note in main.notes) and r"\ddagger" in to_latex(main)
+
+
+def test_a_dry_run_flagged_by_run_weights_is_marked_too(rows):
+    rows = rows.copy()
+    flagged = (rows["quantizer"] == "bf16").to_numpy()
+    rows["run"] = [{"weights": "random"} if f else {} for f in flagged]
+    real, dry = split_dry_runs(rows)
+    assert set(real["quantizer"]) == {"oscar"} and set(dry["model"]) == {"qwen3_8b"}
+
+
+def test_write_tables_writes_the_paper_tables_and_keeps_dry_runs_out_of_the_others(rows, tmp_path):
+    write_cell(tmp_path, "qwen3_8b@random", "oscar", "aime25", 0, {"aime25_pass1": 3.0})     # main.md shows AIME25
+    rows = load_rows(tmp_path)
+    out = tmp_path / "tables"
+    names = {p.name for p in write_tables(rows, tmp_path / "bench", out, allow_dirty=True)}
+    assert {"paper_main.md", "paper_aime_int2.tex", "paper_ruler.md", "paper_ablation.md"} <= names
+    assert "@random" not in (out / "main.md").read_text()
+    write_tables(rows, tmp_path / "bench", out, allow_dirty=True, dry_runs=True)
+    assert "qwen3_8b@random" in (out / "main.md").read_text()
+
+
+def test_the_paper_file_is_the_default():
+    assert PAPER_FILE.is_file() and not math.isnan(load_paper(PAPER_FILE)["value"].sum())
