@@ -6,7 +6,8 @@
 The grid is expanded exactly as Hydra's basic sweeper expands it (the experiment's `hydra.sweeper.params`, then
 the command line). Time per example is *measured*: the median over the results store's ok cells of the same
 (model, task, ctx) of the cell's wall time over its examples (any quantizer, so a quantizer's own speed is not
-modelled); with no such cell it prints "unknown", never a guess. Memory per cell is arithmetic on the model
+modelled; random-weight dry runs in results/dryrun count for their model's shapes, marked as such); with no such
+cell it prints "unknown", never a guess. Memory per cell is arithmetic on the model
 shapes of MODEL_FACTS (from the model cards): bf16 weights plus a BF16 KV cache of ctx tokens per sequence of a
 batch, an upper bound for every quantizer's cache; activations, logits and CUDA graph pools are not counted.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 from hydra.experimental.callback import Callback
 
+from report.tables import DRY_RUN_SUFFIX
+
 # name: (parameters in billions, layers, KV heads, head_dim, source)
 MODEL_FACTS = {
     "qwen3_4b_thinking": (4.0, 36, 8, 128, "Qwen/Qwen3-4B-Thinking-2507 model card"),
@@ -32,6 +35,7 @@ MODEL_FACTS = {
 # Examples of a task run with samples=0 (all): the data sets' sizes (BASELINES_AND_TASKS.md, the tasks' configs).
 DATASET_SIZES = {"aime25": 30, "math500": 500, "gpqa_diamond": 198, "humaneval": 164}
 AXES = ("model", "quantizer", "task", "ctx", "seed")
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,9 @@ def measured_seconds(rows: pd.DataFrame) -> dict[tuple[str, str, str], list[tupl
                                       device=("device", "first"), wall=("wall_time_s", "max"), n=("n", "max")).dropna()
     found: dict[tuple[str, str, str], list[tuple[float, str]]] = {}
     for cell in per_cell[per_cell["n"] > 0].itertuples():
-        found.setdefault((str(cell.model), str(cell.task), str(cell.ctx)), []).append((cell.wall / cell.n,
-                                                                                      str(cell.device)))
+        model, dry = str(cell.model).removesuffix(DRY_RUN_SUFFIX), str(cell.model).endswith(DRY_RUN_SUFFIX)
+        device = f"{cell.device}, random-weight dry run" if dry else str(cell.device)
+        found.setdefault((model, str(cell.task), str(cell.ctx)), []).append((cell.wall / cell.n, device))
     return found
 
 
@@ -166,8 +171,9 @@ def sweep_plan(config) -> str:
     loader = GlobalHydra.instance().config_loader()
     cells = grid_axes(config)
     store = Path(str(config.results_dir))
-    store = store if store.is_absolute() else Path(__file__).resolve().parent.parent / store
-    rows = load_rows(store) if (store / "rows").is_dir() else pd.DataFrame()
+    store = store if store.is_absolute() else REPO / store
+    stores = [store, REPO / "results" / "dryrun"]          # a dry run times a model's shapes as well as real weights
+    rows = pd.concat([load_rows(path) for path in stores if (path / "rows").is_dir()] or [pd.DataFrame()])
 
     def cell_config(job: list[str]):
         return loader.load_sweep_config(config, list(job))

@@ -51,6 +51,20 @@ def test_paper_ruler_sweeps_16k_to_128k(composer):
                                    ["16k", "32k", "64k", "128k"], ["0"])
 
 
+def test_ruler_128k_runs_every_quantizer_and_each_cell_fits_one_80gb_gpu(composer):
+    """experiment=ruler_128k (the headline command's sweep): Qwen3-8B x every quantizer x 16k-128k, and the memory
+    plan of its largest cell (BF16 at 128k) fits one H100."""
+    from harness.memory_plan import plan_cell
+    config = composer(["experiment=ruler_128k"])
+    quantizers = ["bf16", "int4", "kivi2", "quarot_int2", "naive_int2", "turboquant_k3v3", "oscar"]
+    assert grid(config) == product(["qwen3_8b"], quantizers, ["ruler_niah"], ["16k", "32k", "64k", "128k"], ["0"])
+    largest = composer(["experiment=ruler_128k", "ctx=128k", "quantizer=bf16", "model.source=random",
+                        "model.dtype=bfloat16"])                          # as on a GPU (auto: float32 on a CPU)
+    h100 = {"cuda:0": 79 * 2**30}
+    plan = plan_cell(largest, build_checked_quantizer(largest.quantizer), "cuda:0", use_kernels=True, budgets=h100)
+    assert plan.refusal() is None and plan.devices["cuda:0"].total > 30 * 2**30, plan.describe()
+
+
 def test_paper_ablation_maps_the_variants_to_oscar_options(composer):
     config = composer(["experiment=paper_ablation"])
     assert config.results_dir == "results/paper_ablation"
