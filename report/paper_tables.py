@@ -134,7 +134,7 @@ def dry_cell(stat: Stat | None) -> str:
 def summaries(rows: pd.DataFrame, dry_runs: bool) -> tuple[Summary | None, Summary | None]:
     """(Summary of the real rows, Summary of the dry runs when asked for and present)."""
     real, dry = split_dry_runs(rows)
-    return (Summary(real) if len(real) else None), (Summary(dry) if dry_runs and len(dry) else None)
+    return (Summary(real) if len(real) else None), (Summary(dry, dry_runs=True) if dry_runs and len(dry) else None)
 
 
 def paper_table(name: str, title: str, section: str, blocks: dict[str, list[str]], columns: list[Column],

@@ -85,6 +85,9 @@ def test_a_dry_run_flagged_by_run_weights_is_marked_too(rows):
     rows["run"] = [{"weights": "random"} if f else {} for f in flagged]
     real, dry = split_dry_runs(rows)
     assert set(real["quantizer"]) == {"oscar"} and set(dry["model"]) == {"qwen3_8b"}
+    main = next(t for t in paper_tables(rows, dry_runs=True) if t.name == "paper_main")
+    bf16 = block_rows(main, "qwen3_8b", "BF16")                           # a dry run as run.py writes it: shown
+    assert bf16[f"dry run {DRY_MARK}"]["AIME25"] == f"80.00{DRY_MARK}" and bf16["ours"]["AIME25"] == MISSING
 
 
 def test_write_tables_writes_the_paper_tables_and_keeps_dry_runs_out_of_the_others(rows, tmp_path):
