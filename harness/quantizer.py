@@ -10,6 +10,7 @@ folder configs/quantizer: each YAML names its class with `_target_` and gives it
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,30 @@ def instantiate(options: dict, what: str):
 
 
 def quantizer_from_config(options: dict) -> KVQuantizer:
-    """Instantiate the quantizer a config node describes: its `_target_` class with the other keys as options."""
+    """Instantiate the quantizer a config node describes: its `_target_` class with the other keys as options;
+    a key that no `__init__` of the class takes (a misspelt `+quantizer.x=...`) is refused in one sentence."""
+    target = options.get("_target_")
+    if target:
+        taken = init_options(locate(target, f"Quantizer '{options.get('name')}'"))
+        unknown = sorted(set(options) - {"_target_"} - taken)
+        if unknown:
+            raise ValueError(f"Quantizer '{options.get('name')}' has no option {', '.join(map(repr, unknown))}; "
+                             f"it takes: {', '.join(sorted(taken))}.")
     return instantiate(options, "Quantizer")
+
+
+def init_options(cls) -> set[str]:
+    """The named parameters of the `__init__` chain of `cls` (each passes the rest on through **options)."""
+    names: set[str] = set()
+    for klass in cls.__mro__[:-1]:                                  # object's __init__ takes nothing of ours
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def build_quantizer(name: str, **overrides) -> KVQuantizer:

@@ -65,6 +65,8 @@ def no_gpu_path(monkeypatch):
     (["quantizer=oscar", "quantizer.sink=-1"], "sink and recent must be >= 0"),
     (["quantizer=naive_int2", "quantizer.recent=-8"], "sink and recent must be >= 0"),
     (["quantizer=oscar", "quantizer.page=0"], "page must be >= 1"),
+    (["quantizer=oscar", "+quantizer.clip=0.9"], "Quantizer 'oscar' has no option 'clip'; it takes: calibration"),
+    (["quantizer=ablation/oscar_h", "+quantizer.rotaton=none"], "has no option 'rotaton'"),
     (["quantizer=oscar", "quantizer.recent=250"], "recent (250) must be a multiple of the demotion page (8)"),
     (["model=local", "model.path=/nonexistent/model"], "'/nonexistent/model' does not exist"),
     (["model=local"], "needs model.path=DIR"),
