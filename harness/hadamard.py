@@ -18,19 +18,12 @@ def log2_exact(d: int, what: str) -> int:
     return d.bit_length() - 1
 
 
-def _popcount_parity(values: torch.Tensor, n_bits: int) -> torch.Tensor:
-    parity = torch.zeros_like(values)
-    for bit in range(n_bits):
-        parity ^= (values >> bit) & 1
-    return parity
-
-
 def hadamard(d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Normalised Sylvester Hadamard [d, d]: H[i, j] = (-1)^popcount(i & j) / sqrt(d); H = H^T = H^-1."""
-    n_bits = log2_exact(d, "Hadamard size")
-    index = torch.arange(d)
-    parity = _popcount_parity(index[:, None] & index[None, :], n_bits)  # [d, d]
-    return ((1 - 2 * parity).to(dtype)) / math.sqrt(d)
+    """Normalised Sylvester Hadamard [d, d] (scipy.linalg.hadamard / sqrt(d)): H[i, j] = (-1)^popcount(i & j) /
+    sqrt(d); H = H^T = H^-1."""
+    from scipy.linalg import hadamard as sylvester
+    log2_exact(d, "Hadamard size")
+    return torch.from_numpy(sylvester(d)).to(dtype) / math.sqrt(d)
 
 
 def block_hadamard(d: int, block: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

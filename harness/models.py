@@ -10,12 +10,15 @@ safetensors directory under the cache (`$OSCAR_CACHE`, default ~/.cache/oscar-kv
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_SOURCES = ("hub", "local", "gguf_package", "tiny", "random")
 # Tokenizers a random-weight model can use (all offline) and their vocabularies: the model's vocab must hold them.
@@ -74,6 +77,8 @@ def converted_dir(package_model: str) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
     gguf = GGUF_PACKAGES[package_model]()
+    log.info("converting %s (%s) to a safetensors folder under %s, once (about a minute)", package_model, gguf.name,
+             target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -87,6 +92,7 @@ def converted_dir(package_model: str) -> Path:
 
 
 def prepare_offline_models() -> None:
+    """Convert every offline package model now and print where each went (a command-line helper)."""
     for name in GGUF_PACKAGES:
         print(name, converted_dir(name))
 

@@ -1,7 +1,7 @@
 """Optional experiment loggers (`logger=wandb`); `logger=none` logs nothing.
 
 Each computed cell is one wandb run (a skipped cell is not logged again): the resolved config, its metrics,
-the rows and the per-example records as tables; a failed cell is a run too, with its error. Runs of one
+the rows and the per-example records as tables, and the cell's plot (a bar per metric); a failed cell is a run too, with its error. Runs of one
 sweep share a group (the sweep's folder name, unless `logger.group` is set), so a dashboard compares
 the quantizers of a sweep side by side. wandb runs offline (WANDB_MODE=offline) unless an API key is
 configured, so no network is ever needed; `wandb sync outputs/wandb/offline-run-*` uploads later.
@@ -35,8 +35,10 @@ def log_cell(cfg: DictConfig, rows: list[dict], records=(), group: str | None = 
     if run is None:
         return None
     import wandb
-    run.log({row["metric"]: row["value"] for row in rows if row.get("status") == "ok"})
+    scores = {row["metric"]: row["value"] for row in rows if row.get("status") == "ok"}
+    run.log(scores)
     run.log({"rows": wandb.Table(dataframe=_frame(rows))})
+    run.log({"metrics_plot": _metrics_plot(wandb, scores, run.name)})
     if records:
         run.log({"examples": wandb.Table(dataframe=_frame([_flat(r) for r in records]))})
     run.finish()
@@ -51,6 +53,13 @@ def log_failure(cfg: DictConfig, error: str, group: str | None = None) -> str | 
     run.summary["error"] = error
     run.finish(exit_code=1)
     return run.dir
+
+
+def _metrics_plot(wandb, scores: dict, title: str):
+    """The cell's plot: a bar per metric (RULER's variants, fidelity's layers, ...), drawn by wandb from a table."""
+    import pandas as pd
+    table = wandb.Table(dataframe=pd.DataFrame({"metric": list(scores), "value": [float(v) for v in scores.values()]}))
+    return wandb.plot.bar(table, "metric", "value", title=title)
 
 
 def _frame(items):

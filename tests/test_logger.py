@@ -26,6 +26,7 @@ def wandb_cfg(*overrides):
 class FakeRun:
     def __init__(self, **init):
         self.init, self.logged, self.summary, self.exit_code, self.dir = init, {}, {}, None, "fake-dir"
+        self.name = init["name"]
 
     def log(self, data):
         self.logged.update(data)
@@ -38,7 +39,8 @@ class FakeRun:
 def fake_wandb(monkeypatch):
     runs = []
     module = types.SimpleNamespace(init=lambda **kw: runs.append(FakeRun(**kw)) or runs[-1],
-                                   Table=lambda dataframe: dataframe)
+                                   Table=lambda dataframe: dataframe,
+                                   plot=types.SimpleNamespace(bar=lambda table, x, y, title: (table, x, y, title)))
     monkeypatch.setitem(sys.modules, "wandb", module)
     return runs
 
@@ -48,6 +50,8 @@ def test_a_cell_logs_metrics_rows_and_per_example_records_in_its_sweep_group(fak
     (run,) = fake_wandb
     assert run.logged["acc"] == 0.75 and list(run.logged["rows"]["metric"]) == ["acc"]
     assert list(run.logged["examples"]["example_id"]) == ["niah-0"]
+    table, x, y, _ = run.logged["metrics_plot"]                            # the cell's plot: a bar per metric
+    assert (x, y) == ("metric", "value") and table.to_dict("list") == {"metric": ["acc"], "value": [0.75]}
     assert run.init["group"] == "sweep-2026-11-25_10-00-00" and run.init["dir"] == str(tmp_path)
     assert run.init["config"]["quantizer"]["name"] == "bf16" and "ok" in run.init["tags"]
 
