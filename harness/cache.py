@@ -305,6 +305,16 @@ def _int32(values: list[int], device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32).to(device)
 
 
+def set_lengths(dst: torch.Tensor, values: list[int]) -> None:
+    """dst [B] <- values without making the host wait for the device: a fill when all values are equal, else a
+    non-blocking copy from pinned memory (a plain copy from pageable memory waits for the queued work)."""
+    if len(set(values)) == 1:
+        dst.fill_(values[0])
+        return
+    src = torch.tensor(values, dtype=dst.dtype)
+    dst.copy_(src.pin_memory() if dst.is_cuda else src, non_blocking=dst.is_cuda)
+
+
 def demote_rows(layer: ThreeRegionLayer, counts: list[int]) -> int:
     """Quantize counts[b] rows after sequence b's sink into its history and move its sink up behind them.
 

@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows
+from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths
 
 
 class StaticState:
@@ -86,11 +86,11 @@ class StaticState:
             self.sync_lengths()
 
     def sync_lengths(self) -> None:
-        """Copy the host's per-sequence history lengths and fp starts to the device tensors."""
+        """Copy the host's per-sequence history lengths and fp starts to the device tensors (no host sync)."""
         first = self.layers[0]
         _, hist, _ = first.regions()
-        self.hist_len.copy_(torch.tensor(hist, dtype=torch.int32))
-        self.fp_start.copy_(torch.tensor(first.fp_starts(), dtype=torch.int32))
+        set_lengths(self.hist_len, hist)
+        set_lengths(self.fp_start, first.fp_starts())
 
 
 def demote_in_place(layer: ThreeRegionLayer, counts: list[int]) -> int:
