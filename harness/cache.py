@@ -56,7 +56,7 @@ class ThreeRegionLayer(DynamicLayer):
     def __init__(self, quantizer, layer_idx: int, use_kernels: bool = False, step_memo: dict | None = None):
         super().__init__()
         self.quantizer, self.layer_idx = quantizer, layer_idx
-        self.use_kernels = use_kernels and quantizer.stores_codes
+        self.use_kernels = use_kernels        # the identity too: its decode kernel reads the fp rows alone
         self.step_memo = {} if step_memo is None else step_memo   # shared by the layers, per device (decode_lengths)
         self.n_tokens = 0
         self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
@@ -255,12 +255,23 @@ class ThreeRegionLayer(DynamicLayer):
 
         A frozen cache hands over whole buffers: fixed shapes, read only up to the lengths on the device.
         """
+        if self.history_k is None:                   # the identity (no packed history): the kernel reads fp rows only
+            return (*empty_history(self.keys, self.kernel_specs[0]) * 2, self.keys, self.values)
         parts = []
         for history in (self.history_k, self.history_v):
             if not history.buffers:                  # no token demoted yet (a prompt shorter than sink + recent)
                 history.allocate(self.keys, 0)
             parts += [history.buffers[k] if self.static else history.view(k) for k in ("codes", "scale", "zero")]
         return (*parts, self.keys, self.values)
+
+    @property
+    def kernel_specs(self) -> tuple:
+        """(k spec, v spec) of the packed history the decode kernel reads (a placeholder for the identity)."""
+        if self.history_k is None:
+            from kernels.format import QuantSpec
+            spec = QuantSpec(bits=2, group=self.keys.shape[-1])   # the INT2 kernel's variant, with no history tokens
+            return spec, spec
+        return self.history_k.spec, self.history_v.spec
 
     @property
     def history_length(self) -> int:
@@ -296,6 +307,14 @@ class ThreeRegionLayer(DynamicLayer):
         full = (self.keys.numel() + self.values.numel()) * self.keys.element_size() if self.is_initialized else 0
         packed = 0 if self.history_k is None else self.history_k.nbytes() + self.history_v.nbytes()
         return full + packed
+
+
+def empty_history(like: torch.Tensor, spec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Codes, scale and zero of a history with no tokens, for the rows `like` [B, H_kv, *, D] (identity decode)."""
+    batch, heads, _, head_dim = like.shape
+    codes = like.new_zeros(batch, heads, 0, head_dim * spec.container_bits // 8, dtype=torch.uint8)
+    meta = like.new_zeros(batch, heads, 0, 1, dtype=torch.float16)              # one (empty) group per token
+    return codes, meta, meta
 
 
 def _int32(values: list[int], device) -> torch.Tensor:

@@ -123,9 +123,6 @@ def validate(cfg: DictConfig) -> CellPlan:
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
     fill_model_facts(cfg.model, model_config)
-    if cfg.get("static_decode") == "on" and not quantizer.stores_codes:
-        raise CellError(f"static_decode=on needs a quantizer that stores codes; '{quantizer.name}' keeps K/V in "
-                        f"full precision (use static_decode=auto).")
     if cfg.model.get("model_type") and cfg.model.model_type not in SUPPORTED_MODEL_TYPES:
         raise CellError(f"Model '{cfg.model.name}' is a '{cfg.model.model_type}' architecture, which the KV seam "
                         f"does not support (supported: {', '.join(SUPPORTED_MODEL_TYPES)}).")

@@ -86,12 +86,13 @@ def windowed_sdpa(module, query, key, value, attention_mask, window: int, **kwar
 
 
 def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
-    """Triton split-K decode over [sink | packed history | recent]; query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
+    """Triton split-K decode over [sink | packed history | recent] (the identity: over its fp rows alone);
+    query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     from kernels.decode import decode_attention
     lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
     with on_device(query.device):                                         # the layer's GPU (models split over several)
         out = decode_attention(query, *layer.kernel_operands(), *lengths, sm_scale=scaling,
-                               k_spec=layer.history_k.spec, v_spec=layer.history_v.spec)   # [B, H_q, T_q, D]
+                               k_spec=layer.kernel_specs[0], v_spec=layer.kernel_specs[1])   # [B, H_q, T_q, D]
     return out.transpose(1, 2).contiguous()
 
 

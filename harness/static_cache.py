@@ -6,7 +6,8 @@
     tokens = static_generate(model, enc, cache, max_new_tokens, eos_ids, pad_id, graph=True)  # all of the above
 
 `freeze` gives every full-attention layer a full-precision buffer of sink + recent + page rows and a
-packed history sized for the whole generation, and puts the lengths the decode kernel reads in device
+packed history sized for the whole generation (the identity, BF16: a full-precision buffer for every row
+of the generation, so BF16 decodes through the same kernel and graph as the quantizers), and puts the lengths the decode kernel reads in device
 tensors shared by all layers. A decode step then changes no shape, allocates nothing the kernels keep
 and reads no host state, so CUDA captures it once and replays it: the host cost of a step (about
 2,700 kernel launches for Qwen3-4B, results/bench/bench_throughput_profile.md) becomes one graph launch.
@@ -124,9 +125,8 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
         if layer.pad is None and pad is not None:
             layer.pad = pad
         layer.settle()                                          # the prefill's demotion (unknown padding: none)
-    sink, _, recent = first.regions()
     n_fp = first.keys.shape[-2]
-    fp_rows = max(n_fp, max(sink) + first.quantizer.recent_tokens + first.quantizer.page_tokens)
+    fp_rows = _fp_capacity(first, n_fp, max_new_tokens)
     for layer in layers:
         _fix_buffers(layer, fp_rows, max_new_tokens)
     state = StaticState(layers, n_fp, max_new_tokens)
@@ -134,6 +134,16 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
         layer.static = state
     state.sync_lengths()
     return state
+
+
+def _fp_capacity(layer: ThreeRegionLayer, n_fp: int, max_new_tokens: int) -> int:
+    """Full-precision rows a frozen layer needs: sink + recent window + a page (every later row is demoted),
+    or, for the identity (no history), every prompt row plus every decoded one."""
+    quantizer = layer.quantizer
+    if quantizer.sink_tokens is None:
+        return n_fp + max_new_tokens
+    sink, _, _ = layer.regions()
+    return max(n_fp, max(sink) + quantizer.recent_tokens + quantizer.page_tokens)
 
 
 def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> None:
@@ -144,6 +154,8 @@ def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> 
         buffer = rows.new_zeros(*rows.shape[:2], fp_rows, rows.shape[-1])          # [B, H_kv, fp_rows, D]
         buffer[..., :n_fp, :] = rows
         setattr(layer, name, buffer)
+    if layer.history_k is None:                                                     # the identity: fp rows only
+        return
     align = math.lcm(layer.quantizer.page_tokens, layer.history_k.spec.group, layer.history_v.spec.group)
     _, hist, recent = layer.regions()
     tokens = max(h + r for h, r in zip(hist, recent)) + max_new_tokens
@@ -218,7 +230,7 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
         return ("static decode needs three-region layers only (full attention in every layer; sliding-window "
                 "layers keep a growing cache).")
     if not layers[0].use_kernels:
-        return "static decode needs a quantizer that stores codes and the Triton kernel path (CUDA, or kernels=triton)."
+        return "static decode needs the Triton kernel path (CUDA, or kernels=triton)."
     sink = layers[0].quantizer.sink_tokens
     if sink is not None and prompt_tokens < sink:
         return f"static decode needs prompts of at least sink_tokens={sink} tokens, got {prompt_tokens}."

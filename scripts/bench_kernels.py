@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,6 +39,18 @@ from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+
+
+@dataclass(frozen=True)
+class AttnShape:
+    """Attention heads of one decode call: query heads, KV heads, head_dim."""
+
+    q_heads: int = Q_HEADS
+    kv_heads: int = KV_HEADS
+    head_dim: int = HEAD_DIM
+
+
+QWEN3_8B = AttnShape()
 SINK, RECENT = 64, 256
 FULL_SHAPES = [(1, 8192), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (8, 131072),
                (32, 8192), (32, 32768), (32, 102400)]
@@ -90,17 +103,17 @@ def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
     return 2 * n_bytes / ms / 1e9
 
 
-def decode_inputs(batch: int, ctx: int, bits: int):
+def decode_inputs(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B):
     """Random packed cache + fp segment + q for one (batch, ctx, bits) point -> (args, spec, bytes)."""
-    spec = QuantSpec(bits=bits, group=HEAD_DIM)
+    heads, d = shape.kv_heads, shape.head_dim
+    spec = QuantSpec(bits=bits, group=d)
     n_hist = ctx - SINK - RECENT
-    shape = (batch, KV_HEADS, n_hist)
-    q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    fp_k, fp_v = (torch.randn(batch, KV_HEADS, SINK + RECENT, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-                  for _ in range(2))
-    codes = [torch.randint(0, 256, (*shape, HEAD_DIM * bits // 8), dtype=torch.uint8, device="cuda") for _ in range(2)]
-    scale = [(torch.rand(*shape, 1, device="cuda") * 0.2 + 0.05).half() for _ in range(2)]
-    zero = [(torch.rand(*shape, 1, device="cuda") * (2 ** bits - 1)).half() for _ in range(2)]
+    meta_shape = (batch, heads, n_hist)
+    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    codes = [torch.randint(0, 256, (*meta_shape, d * bits // 8), dtype=torch.uint8, device="cuda") for _ in range(2)]
+    scale = [(torch.rand(*meta_shape, 1, device="cuda") * 0.2 + 0.05).half() for _ in range(2)]
+    zero = [(torch.rand(*meta_shape, 1, device="cuda") * (2 ** bits - 1)).half() for _ in range(2)]
     hist_len = torch.full((batch,), n_hist, dtype=torch.int32, device="cuda")
     fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
     starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
@@ -109,23 +122,30 @@ def decode_inputs(batch: int, ctx: int, bits: int):
     return args, spec, nbytes
 
 
-def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None):
+def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None, shape: AttnShape = QWEN3_8B):
     """A zero-argument INT decode call on fresh random inputs of one (batch, ctx, bits) point."""
-    args, spec, _ = decode_inputs(batch, ctx, bits)
-    return lambda: decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+    args, spec, _ = decode_inputs(batch, ctx, bits, shape)
+    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+
+
+def bf16_bytes(batch: int, ctx: int, shape: AttnShape = QWEN3_8B) -> int:
+    """Bytes a BF16 decode call must move: K and V of every token, q and out."""
+    return 2 * batch * shape.head_dim * 2 * (shape.kv_heads * ctx + shape.q_heads)
+
+
+def sdpa_call(batch: int, ctx: int, shape: AttnShape = QWEN3_8B):
+    """A zero-argument BF16 SDPA decode call (one query token, GQA) on fresh random inputs."""
+    q = torch.randn(batch, shape.q_heads, 1, shape.head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, shape.kv_heads, ctx, shape.head_dim, device="cuda", dtype=torch.bfloat16)
+            for _ in range(2))
+    return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
 def bench_decode_point(batch: int, ctx: int, copy_tbs: float) -> dict:
     """Time BF16 SDPA, INT2 and INT4 decode at one (batch, ctx)."""
     row = {"batch": batch, "ctx": ctx}
-    kv_bytes = 2 * batch * KV_HEADS * ctx * HEAD_DIM * 2 + 2 * batch * Q_HEADS * HEAD_DIM * 2
-
-    def sdpa_call(_):
-        q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-
-    row["bf16_ms"] = graph_ms(sdpa_call, kv_bytes)
+    kv_bytes = bf16_bytes(batch, ctx)
+    row["bf16_ms"] = graph_ms(lambda _: sdpa_call(batch, ctx), kv_bytes)
     row["bf16_tbs"] = kv_bytes / row["bf16_ms"] / 1e9
     for bits in (2, 4):
         nbytes = _decode_bytes(batch, ctx, bits)
@@ -140,11 +160,11 @@ def bench_decode_point(batch: int, ctx: int, copy_tbs: float) -> dict:
     return row
 
 
-def _decode_bytes(batch: int, ctx: int, bits: int) -> int:
+def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) -> int:
     """Bytes one INT decode call must move: codes + fp16 scale/zero + BF16 fp segment + q + out."""
-    n_hist, n_fp = ctx - SINK - RECENT, SINK + RECENT
-    per_head = n_hist * (HEAD_DIM * bits // 8 + 4) * 2 + n_fp * HEAD_DIM * 2 * 2
-    return batch * KV_HEADS * per_head + 2 * batch * Q_HEADS * HEAD_DIM * 2
+    n_hist, n_fp, d = ctx - SINK - RECENT, SINK + RECENT, shape.head_dim
+    per_head = n_hist * (d * bits // 8 + 4) * 2 + n_fp * d * 2 * 2
+    return batch * shape.kv_heads * per_head + 2 * batch * shape.q_heads * d * 2
 
 
 def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),)) -> list[dict]:

@@ -5,12 +5,15 @@
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
     python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one decode step's time goes
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
+    python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
 
 The model is built from the real config with random bf16 weights (speed does not depend on the
 values). The cache is filled with synthetic K/V written through each quantizer's write path (the
 Triton quantize-pack kernel on CUDA) rather than by a prefill; BF16 uses transformers' own
-DynamicCache and SDPA (what users already have); the other rows run the harness seam and its
-decode kernel. Reported per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured
+DynamicCache and SDPA (what users already have), bf16_static its StaticCache; `bf16+graph` is BF16 on the
+harness's own engine (the identity quantizer: every row in the frozen cache's full-precision buffer, the
+same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the ratio against it compares
+caches, not engines); the other rows run the harness seam and its decode kernel. Reported per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured
 from allocated memory, the physical floor of the step (weight bytes + the cache's bytes, read once, at the
 copy bandwidth measured in the same run: GPU.md) and the fraction of it reached, and the largest batch that
 fits --budget-gb at that context.
@@ -78,15 +81,17 @@ def fill_three_region(cache, cfg, batch: int, ctx: int, device, dtype, chunk: in
     """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks)."""
     for idx, layer in enumerate(cache.layers):
         q = layer.quantizer
-        sink, recent = min(q.sink_tokens or 0, ctx), min(q.recent_tokens, ctx)
-        k, v = _rows(cfg, batch, sink + recent, device, dtype, idx)
+        fp_rows = ctx if q.sink_tokens is None else min(q.sink_tokens + q.recent_tokens, ctx)   # identity: all
+        k, v = _rows(cfg, batch, fp_rows, device, dtype, idx)
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k, v
         layer.pad, layer.n_tokens = [0] * batch, ctx
-        layer.history_k.reserve(ctx - sink - recent + 64)     # room for the timed steps' demotions
-        layer.history_v.reserve(ctx - sink - recent + 64)
-        for start in range(0, ctx - sink - recent, chunk):
-            n = min(chunk, ctx - sink - recent - start)
+        if layer.history_k is None:
+            continue
+        layer.history_k.reserve(ctx - fp_rows + 64)     # room for the timed steps' demotions
+        layer.history_v.reserve(ctx - fp_rows + 64)
+        for start in range(0, ctx - fp_rows, chunk):
+            n = min(chunk, ctx - fp_rows - start)
             hk, hv = _rows(cfg, batch, n, device, dtype, 1000 + idx * 97 + start)
             layer.history_k.append(hk)
             layer.history_v.append(hv)
@@ -278,7 +283,7 @@ def main() -> None:
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(budget_rows[-1]), flush=True)
-    for base in BF16_CACHES:                                       # ratio to each BF16 baseline that ran
+    for base in (*BF16_CACHES, "bf16" + GRAPH_SUFFIX):              # ratio to each BF16 baseline that ran
         base_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == base), None)
         for r in budget_rows:
             if base_tps:

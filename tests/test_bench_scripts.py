@@ -11,7 +11,7 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--steps", "2", "--ctx", "600",
                            "--batch", "1", "--budget-gb", "0.005", "--quantizers",
-                           "bf16,bf16_static,naive_int2,oscar,oscar+graph"],
+                           "bf16,bf16_static,bf16+graph,naive_int2,oscar,oscar+graph"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Same memory budget" in proc.stdout
@@ -22,7 +22,9 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     assert per_token["oscar"] < per_token["oscar+graph"] < 1.2 * per_token["oscar"]   # frozen: a little slack
     assert all(r["max_batch_in_budget"] >= 0 for r in data["same_budget"])
     assert per_token["bf16"] <= per_token["bf16_static"] < 1.1 * per_token["bf16"]   # static: ctx + a few slack rows
-    assert all("throughput_vs_bf16" in r and "throughput_vs_bf16_static" in r for r in data["same_budget"] if r["batch"])
+    assert per_token["bf16"] <= per_token["bf16+graph"] < 1.1 * per_token["bf16"]   # every row in the fp buffer
+    assert all("throughput_vs_bf16" in r and "throughput_vs_bf16_static" in r and "throughput_vs_bf16+graph" in r
+               for r in data["same_budget"] if r["batch"])
 
 
 def test_step_profile_splits_gpu_time_by_kernel_kind():

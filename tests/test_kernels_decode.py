@@ -116,6 +116,26 @@ def test_warp_tiles_match_reference(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.parametrize("head_dim, group, small_grid", [(256, 4, False), (256, 4, True), (128, 16, False),
+                                                       (128, 12, False), (64, 3, False)])
+def test_per_shape_gpu_defaults_match_reference(head_dim, group, small_grid):
+    """The GPU default tile chosen for each attention shape (head_dim 256, more than 8 query rows per KV head)
+    computes the reference's result under the interpreter (it may differ from the head_dim-128 tile)."""
+    cfg = default_config(head_dim, on_gpu=True, small_grid=small_grid, rows=group)
+    args, kw = make_inputs(2, 2 * group, 2, 1, head_dim, 300, 20, INT2[head_dim], INT2[head_dim], seed=5)
+    out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_per_shape_defaults_pick_the_swept_tiles():
+    """results/bench/sweep_decode_shapes.md: head_dim 256 takes warp tiles of 128 tokens, 16 rows drop the cap."""
+    wide = default_config(256, on_gpu=True)
+    assert wide.warp_tiles and wide.block_n == 128 and wide.num_warps == 4
+    assert default_config(128, on_gpu=True, rows=16).maxnreg is None
+    assert default_config(128, on_gpu=True, rows=8).maxnreg == 168
+    assert not default_config(256, on_gpu=True, single_group=False).warp_tiles
+
+
 ASM_CASES = {f"asm-int{bits}-d{d}-n1001": (2, 8, 2, 1, d, 1001, 13, spec[d], spec[d], None)
              for bits, spec in ((2, INT2), (4, INT4)) for d in (64, 128, 256)}
 

@@ -47,9 +47,9 @@ def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False
     return torch.cat(tokens, dim=1), all_logits, cache, state
 
 
-def dynamic_greedy(model, tok, quantizer, steps=STEPS):
+def dynamic_greedy(model, tok, quantizer, steps=STEPS, kernels="triton"):
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
-    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+    with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
         cache = seam.new_cache()
         out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
                              return_dict_in_generate=True, pad_token_id=tok.pad_token_id, past_key_values=cache)
@@ -70,6 +70,22 @@ def test_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monkeypatch
     for b, n in enumerate(dyn.regions()[1]):                                          # same rows, same codes
         assert torch.equal(frozen.history_k.buffers["codes"][b, :, :n], dyn.history_k.view("codes")[b, :, :n])
     torch.testing.assert_close(frozen.keys[..., :state.n_fp, :], dyn.keys)
+
+
+def test_bf16_decodes_through_the_frozen_cache_and_kernel(tiny):
+    """The identity freezes every prompt row plus room for each decoded one, and its kernel steps (no history)
+    give the reference path's tokens and logits (materialized rows, SDPA)."""
+    model, tok = tiny("qwen3")
+    model.to(DEVICE)
+    quantizer = build_quantizer("bf16")
+    ref_tokens, ref_logits, _ = dynamic_greedy(model, tok, quantizer, kernels="reference")
+    tokens, logits, cache, state = static_greedy(model, tok, quantizer)
+    assert torch.equal(tokens, ref_tokens)
+    for a, b in zip(logits, ref_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    prompt = tok(PROMPTS, return_tensors="pt", padding=True).input_ids.shape[1]
+    assert state.hist_len.tolist() == [0, 0] and state.n_fp == prompt + STEPS - 1
+    assert cache.layers[0].keys.shape[-2] == prompt + STEPS and cache.layers[0].history_k is None
 
 
 def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):

@@ -37,8 +37,15 @@ def is_small_grid(units: int, sms: int) -> bool:
     return units <= sms // 8
 
 
-def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single_group: bool = True) -> DecodeConfig:
+def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single_group: bool = True,
+                   rows: int = WARP_TILE_ROWS) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
+
+    rows: query rows per KV head (GQA group x T_q). Head_dim 256 and more than WARP_TILE_ROWS rows were swept on
+    the H100 (results/bench/sweep_decode_shapes.md, 8 KV heads, batch 8 / 32k and 32 / 100k): at head_dim 256
+    warp tiles of 128 tokens, 4 warps and 3 stages moved 53 % and 76 % of the copy bandwidth where the
+    row-major 64-token tile moved 27 % and 30 %; with 16 rows (group 16) dropping the 168-register cap took
+    25 % / 36 % to 33 % / 48 %. Head_dim 64 stays near 10 % in every variant swept (known_limits.md).
 
     single_group: both K and V are single-group token layouts (`single_group_layouts`), the ones warp tiles
     serve. Other layouts (KIVI's per-channel keys, grouped INT4) take the row-major loop, whose large-grid tile
@@ -58,8 +65,12 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
+    if head_dim > 128 and single_group:
+        return DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
+    if rows > WARP_TILE_ROWS and not small_grid and single_group:
+        return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
                             programs_per_sm=4, warp_tiles=True)
@@ -144,7 +155,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     n_rows = group * q_tokens
     small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
-    cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim))
+    cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim),
+                                   n_rows)
     target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
         _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)

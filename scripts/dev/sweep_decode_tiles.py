@@ -5,10 +5,14 @@ first column): the history loop (row-major or warp tiles) and its tile, pipelini
 density (programs_per_sm) and the inline-PTX field unpack. The rel err column checks each variant against the
 reference (a wrong unpack shows as a large error).
 
-    python scripts/dev/sweep_decode_tiles.py
+    python scripts/dev/sweep_decode_tiles.py                      # Qwen3-8B attention (group 4, head_dim 128)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
+
+A variant that fails to compile or launch (e.g. too much shared memory) is printed with its error.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,41 +22,72 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import HEAD_DIM, KV_HEADS, _decode_bytes, copy_bandwidth, decode_call, decode_inputs, graph_ms  # noqa: E402
+from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, copy_bandwidth, decode_call,  # noqa: E402
+                           decode_inputs, graph_ms)
 from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
-GRID = [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": False, "block_n": 128, "maxnreg": None},
-        {"maxnreg": None}, {"block_n": 128}, {"num_stages": 2}, {"num_stages": 4}, {"programs_per_sm": 4},
-        {"block_f": 64}, {"asm_unpack": True}]
+GRIDS = {
+    "default": [{}, {"warp_tiles": False, "block_n": 128}, {"warp_tiles": False, "block_n": 128, "maxnreg": None},
+                {"maxnreg": None}, {"block_n": 128}, {"num_stages": 2}, {"num_stages": 4}, {"programs_per_sm": 4},
+                {"block_f": 64}, {"asm_unpack": True}],
+    "d64": [{}, {"warp_tiles": False, "block_n": 128, "maxnreg": None}, {"warp_tiles": False, "block_n": 256},
+            {"block_n": 128, "maxnreg": None}, {"block_n": 512, "num_warps": 8, "maxnreg": None},
+            {"maxnreg": None, "num_stages": 4}, {"programs_per_sm": 2}],
+    "d256": [{}, {"warp_tiles": True, "block_n": 128, "num_warps": 4},
+             {"warp_tiles": True, "block_n": 128, "num_warps": 8},
+             {"warp_tiles": True, "block_n": 256, "num_warps": 8},
+             {"warp_tiles": True, "block_n": 128, "num_warps": 4, "num_stages": 3},
+             {"block_n": 128, "num_warps": 8}],
+    "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
+               {"num_warps": 8, "maxnreg": None}],
+}
 
 
-def check(cfg: DecodeConfig) -> float:
+def check(cfg: DecodeConfig, shape: AttnShape) -> float:
     """Relative error against the reference at a small shape (a register cap must not change results)."""
-    args, spec, _ = decode_inputs(2, 4096, 2)
-    out = decode_attention(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec, config=cfg).float()
-    ref = decode_attention_reference(*args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec).float()
+    args, spec, _ = decode_inputs(2, 4096, 2, shape)
+    kw = dict(sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
+    out = decode_attention(*args, **kw, config=cfg).float()
+    ref = decode_attention_reference(*args, **kw).float()
     return ((out - ref).norm() / ref.norm()).item()
 
 
+def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, sms: int) -> str:
+    """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
+    default = default_config(shape.head_dim, True, small_grid=is_small_grid(batch * shape.kv_heads, sms))
+    cfg = replace(default, **change)
+    label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
+    nbytes = _decode_bytes(batch, ctx, 2, shape)
+    try:
+        err = check(cfg, shape)
+        ms = graph_ms(lambda _: decode_call(batch, ctx, 2, cfg, shape), nbytes)
+    except Exception as exc:                                   # noqa: BLE001 (a variant may not compile)
+        torch.cuda.empty_cache()
+        return f"| {batch} | {ctx} | {label} | failed: {str(exc).splitlines()[0][:80]} | | | |"
+    tbs = nbytes / ms / 1e9
+    return f"| {batch} | {ctx} | {label} | {ms:.3f} | {tbs:.2f} | {tbs / copy_tbs:.0%} | {err:.1e} |"
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
+    parser.add_argument("--points", default=",".join(f"{b}:{c}" for b, c in SHAPES), help="batch:ctx,...")
+    parser.add_argument("--grid", default="default", choices=sorted(GRIDS))
+    args = parser.parse_args()
+    shape = AttnShape(args.group * KV_HEADS, KV_HEADS, args.head_dim)
     copy_tbs = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; default {default_config(HEAD_DIM, True)}, "
-          f"small grid {default_config(HEAD_DIM, True, small_grid=True)}")
+    print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; {shape}; default "
+          f"{default_config(shape.head_dim, True)}, small grid {default_config(shape.head_dim, True, small_grid=True)}")
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
     print("|---|---|---|---|---|---|---|")
-    for batch, ctx in SHAPES:
-        nbytes = _decode_bytes(batch, ctx, 2)
-        for change in GRID:
-            default = default_config(HEAD_DIM, True, small_grid=is_small_grid(batch * KV_HEADS, sms))
-            cfg = replace(default, **change)
-            ms = graph_ms(lambda _, cfg=cfg: decode_call(batch, ctx, 2, cfg), nbytes)
-            tbs = nbytes / ms / 1e9
-            label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
-            print(f"| {batch} | {ctx} | {label} | {ms:.3f} | {tbs:.2f} | {tbs / copy_tbs:.0%} | {check(cfg):.1e} |",
-                  flush=True)
+    for point in args.points.split(","):
+        batch, ctx = (int(v) for v in point.split(":"))
+        for change in GRIDS[args.grid]:
+            print(sweep_row(batch, ctx, change, shape, copy_tbs, sms), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""Decode attention over a grid of attention shapes (GPU): INT2 against BF16, each point in one run.
+
+    python scripts/bench_kernel_grid.py                                   # head_dim 64/128/256 x group 1-16
+    python scripts/bench_kernel_grid.py --head-dims 64 --groups 3 --batches 1,32 --ctxs 1024,102400
+
+Each point (head_dim, GQA group, batch, ctx; 8 KV heads, one query token) times three calls on the same
+shape: BF16 SDPA (torch, `enable_gqa`), BF16 on the harness's kernel (`kernels.decode` with no packed
+history: the whole context in its full-precision segment, what `bf16+graph` decodes with) and the INT2
+kernel (64 sink + 256 recent BF16 rows, the rest packed, as bench_kernels.py). Timings are CUDA-graph
+replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides the bytes a call must move
+by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
+BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
+$OUT/bench_kernel_grid.json; the Markdown table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
+                           decode_inputs, graph_ms, sdpa_call)
+from kernels.decode import decode_attention, decode_attention_reference, default_config, is_small_grid  # noqa: E402
+from kernels.decode.launch import _sm_count  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
+
+KV_HEADS = 8
+
+
+def bf16_kernel_args(batch: int, ctx: int, shape: AttnShape) -> tuple:
+    """Decode arguments of a BF16 cache on the harness kernel: an empty packed history, all `ctx` rows in the
+    fp segment -> (args, spec)."""
+    d, heads = shape.head_dim, shape.kv_heads
+    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    codes = torch.empty(batch, heads, 0, d // 4, dtype=torch.uint8, device="cuda")
+    meta = torch.empty(batch, heads, 0, 1, dtype=torch.float16, device="cuda")
+    hist_len, starts = (torch.zeros(batch, dtype=torch.int32, device="cuda") for _ in range(2))
+    fp_len = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+    return (q, codes, meta, meta, codes, meta, meta, fp_k, fp_v, hist_len, fp_len, starts, starts), \
+        QuantSpec(bits=2, group=d)
+
+
+def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape):
+    args, spec = bf16_kernel_args(batch, ctx, shape)
+    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
+
+
+def check_shape(shape: AttnShape) -> list[str]:
+    """INT2 (packed + fp segment) and BF16 (fp segment only) against the reference on short caches."""
+    failures = []
+    for label, (args, spec) in (("INT2", decode_inputs(3, 1000, 2, shape)[:2]),
+                                ("BF16 kernel", bf16_kernel_args(3, 700, shape))):
+        kw = dict(sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
+        out, ref = decode_attention(*args, **kw).float(), decode_attention_reference(*args, **kw).float()
+        err = ((out - ref).norm() / ref.norm()).item()
+        if not err < 1e-2:
+            failures.append(f"{label} {shape}: rel err {err:.2e}")
+    return failures
+
+
+def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict:
+    """One grid point: ms, TB/s and fraction of the copy bandwidth of each call, INT2's speedups."""
+    row = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "batch": batch, "ctx": ctx}
+    bf16 = bf16_bytes(batch, ctx, shape)
+    int2 = _decode_bytes(batch, ctx, 2, shape)
+    calls = {"sdpa": (lambda _: sdpa_call(batch, ctx, shape), bf16),
+             "bf16_kernel": (lambda _: bf16_kernel_call(batch, ctx, shape), bf16),
+             "int2": (lambda _: decode_call(batch, ctx, 2, shape=shape), int2)}
+    for name, (make, nbytes) in calls.items():
+        ms = graph_ms(make, nbytes)
+        row[f"{name}_ms"], row[f"{name}_of_copy"] = ms, nbytes / ms / 1e9 / copy_tbs
+    row["int2_vs_sdpa"] = row["sdpa_ms"] / row["int2_ms"]
+    row["int2_vs_bf16_kernel"] = row["bf16_kernel_ms"] / row["int2_ms"]
+    small = is_small_grid(batch * shape.kv_heads, _sm_count(0))
+    row["config"] = str(default_config(shape.head_dim, True, small, True, shape.q_heads // shape.kv_heads))
+    return row
+
+
+def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
+    lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
+             f"(read + write); {KV_HEADS} KV heads, one query token.", "",
+             "| head_dim | group | batch | ctx | SDPA ms | SDPA of copy | BF16 kernel ms | BF16 kernel of copy | "
+             "INT2 ms | INT2 of copy | INT2 vs SDPA | INT2 vs BF16 kernel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['head_dim']} | {r['group']} | {r['batch']} | {r['ctx']} | {r['sdpa_ms']:.3f} | "
+                     f"{r['sdpa_of_copy']:.0%} | {r['bf16_kernel_ms']:.3f} | {r['bf16_kernel_of_copy']:.0%} | "
+                     f"{r['int2_ms']:.3f} | {r['int2_of_copy']:.0%} | {r['int2_vs_sdpa']:.2f}x | "
+                     f"{r['int2_vs_bf16_kernel']:.2f}x |")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", default="64,128,256")
+    parser.add_argument("--groups", default="1,3,4,8,12,16")
+    parser.add_argument("--batches", default="1,3,8,32")
+    parser.add_argument("--ctxs", default="1024,8192,32768,102400")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_kernel_grid.py needs a CUDA GPU.")
+    shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d) for d in _ints(args.head_dims) for g in _ints(args.groups)]
+    failures = [f for shape in shapes for f in check_shape(shape)]
+    print("correctness:", "all passed" if not failures else failures, flush=True)
+    copy_tbs = copy_bandwidth()
+    rows = []
+    for shape in shapes:
+        for batch in _ints(args.batches):
+            for ctx in _ints(args.ctxs):
+                rows.append(bench_point(shape, batch, ctx, copy_tbs))
+                print("row:", json.dumps(rows[-1]), flush=True)
+    device = torch.cuda.get_device_name()
+    if os.environ.get("OUT"):
+        payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
+                   "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
+        Path(os.environ["OUT"], "bench_kernel_grid.json").write_text(json.dumps(payload, indent=1))
+    print(markdown(device, copy_tbs, rows))
+
+
+if __name__ == "__main__":
+    main()
