@@ -1,0 +1,69 @@
+"""quantizer.rotation_dir: rotation files written as the official release writes them (METHOD_OSCAR.md §4.6: a
+torch.save'd dict, string layer keys, eigenvalues beside each rotation) give exactly the cache codes and logits
+of the calibration whose rotations they hold."""
+import torch
+
+from harness.quantizer import build_quantizer
+from harness.seam import install
+from oscar.method import K_FILE, V_FILE
+
+PROMPT = "The grass is green and the sky is blue. The magic number is 4213. Remember it well, " * 3
+WINDOWS = {"sink": 4, "recent": 8, "page": 4}
+
+
+def _prepared(model, tok, **options):
+    quantizer = build_quantizer("oscar", **WINDOWS, **options)
+    quantizer.check(model.config)
+    quantizer.prepare(model, tok)
+    return quantizer
+
+
+def _prefill(model, tok, quantizer):
+    """(logits [1, T, V], layer 0's packed K and V codes) after one prefill through the seam."""
+    enc = tok([PROMPT], return_tensors="pt")
+    with install(model, quantizer, kernels="reference") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        logits = model(**enc, past_key_values=cache).logits
+    layer = cache.layers[0]
+    return logits, layer.history_k.view("codes"), layer.history_v.view("codes")
+
+
+def _write_release_layout(folder, rotations: dict, objective: str, name: str) -> None:
+    layers = {str(layer): {"layer_id": layer, "rotation": rot.clone(), "eigenvalues": torch.ones(rot.shape[0])}
+              for layer, rot in rotations.items()}
+    torch.save({"format_version": 1, "objective": objective, "source_grouping": "layer", "layers": layers},
+               folder / name)
+
+
+def test_release_layout_rotation_files_give_the_calibrated_codes(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
+    model, tok = tiny("qwen3")
+    calibrated = _prepared(model, tok)
+    release = tmp_path / "release"
+    release.mkdir()
+    mode = calibrated.compose
+    _write_release_layout(release, calibrated.rotations_k, f"qqt_{mode}", K_FILE.format(mode=mode))
+    _write_release_layout(release, calibrated.rotations_v, f"sst_{mode}", V_FILE.format(mode=mode))
+    loaded = _prepared(model, tok, rotation_dir=str(release))
+    assert loaded.calibration_digest is None and loaded.artifact_dir == str(release)
+    logits, k_codes, v_codes = _prefill(model, tok, calibrated)
+    loaded_logits, loaded_k, loaded_v = _prefill(model, tok, loaded)
+    assert k_codes.numel() > 0
+    assert torch.equal(k_codes, loaded_k) and torch.equal(v_codes, loaded_v)
+    assert torch.equal(logits, loaded_logits)
+
+
+def test_other_rotations_give_other_codes(tiny, tmp_path, monkeypatch):
+    """Guards the test above: the codes do depend on the files' rotations."""
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
+    model, tok = tiny("qwen3")
+    calibrated = _prepared(model, tok)
+    other = tmp_path / "other"
+    other.mkdir()
+    mode = calibrated.compose
+    eye = {layer: torch.eye(rot.shape[0]) for layer, rot in calibrated.rotations_k.items()}
+    _write_release_layout(other, eye, f"qqt_{mode}", K_FILE.format(mode=mode))
+    _write_release_layout(other, calibrated.rotations_v, f"sst_{mode}", V_FILE.format(mode=mode))
+    _, k_codes, _ = _prefill(model, tok, calibrated)
+    _, other_k, _ = _prefill(model, tok, _prepared(model, tok, rotation_dir=str(other)))
+    assert not torch.equal(k_codes, other_k)
