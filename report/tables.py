@@ -374,17 +374,19 @@ def bench_markdown(bench_dir: Path) -> str | None:
 
 def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty: bool = False,
                  dry_runs: bool = False) -> list[Path]:
-    """Write <name>.md and <name>.tex for each table and each paper table (report/paper_tables.py), and bench.md
-    when benchmarks exist; return the paths.
+    """Write <name>.md and <name>.tex for each table, each paper table (report/paper_tables.py) and the paper's
+    throughput figure as a table (report/paper_throughput.py, from the benchmark JSONs), and bench.md when
+    benchmarks exist; return the paths.
 
     Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells). Random-weight
     dry runs are left out unless `dry_runs`; then they are footnoted, and marked "@random" in every table."""
-    from report.paper_tables import paper_tables   # it builds on this module
+    from report.paper_tables import load_paper, paper_tables   # they build on this module
+    from report.paper_throughput import throughput_table
     check_clean(rows, allow_dirty)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in all_tables(rows, dry_runs) + paper_tables(rows, dry_runs):
+    for table in all_tables(rows, dry_runs) + paper_tables(rows, dry_runs) + [throughput_table(bench_dir, load_paper())]:
         for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
             path = out_dir / f"{table.name}{suffix}"
             path.write_text(render(table))

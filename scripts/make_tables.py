@@ -12,7 +12,8 @@ report/tables.py; tests/test_committed_tables.py fails when a committed table di
 Rows that ran from a modified tree (git_sha ...-dirty) are refused unless --allow-dirty; the tables then
 say how many cells did. It also writes the paper's tables (paper_main, paper_aime_int2, paper_ruler,
 paper_ablation; report/paper_tables.py): the paper's value (results/paper/oscar_paper.yaml) beside ours and the
-difference. Random-weight dry runs (model "...@random" or run.weights == "random") are left out of every table
+difference, and paper_throughput (report/paper_throughput.py): the paper's throughput speedups beside each
+bench_throughput.py run's JSON in results/bench. Random-weight dry runs (model "...@random" or run.weights == "random") are left out of every table
 unless --dry-runs, which shows them marked, never as results.
 """
 from __future__ import annotations

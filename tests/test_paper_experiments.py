@@ -87,6 +87,7 @@ def test_paper_throughput_points_at_the_benchmark(composer):
     settings = composer(["experiment=paper_throughput"]).paper_throughput
     assert (CONFIGS.parent / settings.script).is_file()
     assert list(settings.batch) == [1, 8, 32] and settings.ctx == 102400
+    assert "bf16+graph" in settings.quantizers                      # BF16 on the engine OSCAR runs on
 
 
 @pytest.mark.parametrize("name", ["paper_main", "paper_aime_int2", "paper_ruler", "paper_ablation"])

@@ -1,5 +1,6 @@
 """The paper's tables: the paper's value beside ours and the difference, cells not run as "–", random-weight dry
 runs left out by default and marked when asked for; results/paper/oscar_paper.yaml's schema."""
+import json
 import math
 
 import pandas as pd
@@ -103,3 +104,28 @@ def test_write_tables_writes_the_paper_tables_and_keeps_dry_runs_out_of_the_othe
 
 def test_the_paper_file_is_the_default():
     assert PAPER_FILE.is_file() and not math.isnan(load_paper(PAPER_FILE)["value"].sum())
+
+
+def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",)):
+    rows = [{"quantizer": q, "batch": b, "ctx": 102400, "ms_per_step": ms, "tokens_per_s": b * 1e3 / ms}
+            for q, b, ms in (("bf16+graph", 1, 12.0), ("oscar:model+graph", 1, 8.0), ("bf16_static", 1, 80.0),
+                             ("bf16+graph", 8, 40.0), ("oscar:model+graph", 8, 10.0))]
+    budget = [{"quantizer": "bf16+graph", "batch": 4, "tokens_per_s": 100.0},
+              {"quantizer": "oscar:model+graph", "batch": 27, "tokens_per_s": 550.0},
+              {"quantizer": "bf16_static", "batch": 4, "tokens_per_s": 50.0}]
+    path.write_text(json.dumps({"model": model, "date": "2026-11-25", "argv": list(argv), "rows": rows,
+                                "same_budget": budget}))
+
+
+def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
+    from report.paper_throughput import throughput_table
+    _bench_run(tmp_path / "run.json")
+    _bench_run(tmp_path / "profile.json", argv=("scripts/bench_throughput.py", "--profile"))   # left out
+    (tmp_path / "kernels.json").write_text(json.dumps({"decode": []}))                         # not a throughput run
+    table = throughput_table(tmp_path, load_paper())
+    qwen4b, qwen8b = table.blocks
+    paper, same_engine, stock = qwen4b.rows
+    assert paper == ["paper, OSCAR vs BF16 (SGLang)", "3.08×", "5.19×", "6.17×", MISSING]
+    assert "bf16+graph" in same_engine[0] and same_engine[1:] == ["1.50×", "4.00×", MISSING, "5.50×"]
+    assert "StaticCache" in stock[0] and stock[1:] == ["10.00×", MISSING, MISSING, "11.00×"]
+    assert len(qwen8b.rows) == 1 and qwen8b.rows[0][1] == "2.88×"
