@@ -35,17 +35,22 @@ def _write_release_layout(folder, rotations: dict, objective: str, name: str) ->
                folder / name)
 
 
+def _release_folder(folder, mode: str, rotations_k: dict, rotations_v: dict) -> str:
+    """A rotation_dir holding these rotations in the release's layout."""
+    folder.mkdir()
+    _write_release_layout(folder, rotations_k, f"qqt_{mode}", K_FILE.format(mode=mode))
+    _write_release_layout(folder, rotations_v, f"sst_{mode}", V_FILE.format(mode=mode))
+    return str(folder)
+
+
 def test_release_layout_rotation_files_give_the_calibrated_codes(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
     model, tok = tiny("qwen3")
     calibrated = _prepared(model, tok)
-    release = tmp_path / "release"
-    release.mkdir()
-    mode = calibrated.compose
-    _write_release_layout(release, calibrated.rotations_k, f"qqt_{mode}", K_FILE.format(mode=mode))
-    _write_release_layout(release, calibrated.rotations_v, f"sst_{mode}", V_FILE.format(mode=mode))
-    loaded = _prepared(model, tok, rotation_dir=str(release))
-    assert loaded.calibration_digest is None and loaded.artifact_dir == str(release)
+    release = _release_folder(tmp_path / "release", calibrated.compose, calibrated.rotations_k,
+                              calibrated.rotations_v)
+    loaded = _prepared(model, tok, rotation_dir=release)
+    assert loaded.calibration_digest is None and loaded.artifact_dir == release
     logits, k_codes, v_codes = _prefill(model, tok, calibrated)
     loaded_logits, loaded_k, loaded_v = _prefill(model, tok, loaded)
     assert k_codes.numel() > 0
@@ -58,12 +63,8 @@ def test_other_rotations_give_other_codes(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
     model, tok = tiny("qwen3")
     calibrated = _prepared(model, tok)
-    other = tmp_path / "other"
-    other.mkdir()
-    mode = calibrated.compose
     eye = {layer: torch.eye(rot.shape[0]) for layer, rot in calibrated.rotations_k.items()}
-    _write_release_layout(other, eye, f"qqt_{mode}", K_FILE.format(mode=mode))
-    _write_release_layout(other, calibrated.rotations_v, f"sst_{mode}", V_FILE.format(mode=mode))
+    other = _release_folder(tmp_path / "other", calibrated.compose, eye, calibrated.rotations_v)
     _, k_codes, _ = _prefill(model, tok, calibrated)
-    _, other_k, _ = _prefill(model, tok, _prepared(model, tok, rotation_dir=str(other)))
+    _, other_k, _ = _prefill(model, tok, _prepared(model, tok, rotation_dir=other))
     assert not torch.equal(k_codes, other_k)
