@@ -11,11 +11,13 @@ we report against full precision:
   attn_output_mse         mean squared error of the same attention-block output after o_proj (the paper's
                           block-output MSE; the relative error above normalises it per sequence)
   propagated_hidden_mse   mean squared error of the residual-stream hidden state after the layer (the
-                          decoder layer's output), every layer's K/V quantized at once
+                          decoder layer's output), every quantized layer's K/V quantized at once
 The first six quantize that layer alone, on the full-precision activations captured at its input. The
 propagated error runs the whole model twice on the same held-out sequences, in full precision and with
-every layer the cache quantizes attending over quantize-dequantized K/V of every token (harness/simulated.py;
-the same history regime), so each layer also sees the error that earlier layers pass on.
+every quantized layer attending over quantize-dequantized K/V of every token (harness/simulated.py; the same
+history regime), so each layer also sees the error that earlier layers pass on. Every full-attention layer is
+quantized with the cell's quantizer (sliding-window layers stay full precision, as in the cache; a per-layer
+exception such as TurboQuant's skip_boundary_layers is not applied, in any metric).
 Rows: `<metric>/layer_<l>` per quantized layer and `<metric>` = the mean over those layers.
 """
 from __future__ import annotations
@@ -124,17 +126,18 @@ def residual_stream(model, ids: torch.Tensor, layers: dict[int, torch.nn.Module]
     return outputs
 
 
-def propagated_hidden_mse(seam, sequences: list[torch.Tensor], layer_ids: list[int]) -> dict[int, float]:
-    """Layer id -> MSE between the hidden states after that layer with every quantized layer's K/V
-    quantize-dequantized and in full precision, pooled over the tokens of `sequences` (each [T])."""
-    model = seam.model
+def propagated_hidden_mse(model, sequences: list[torch.Tensor], layer_ids: list[int],
+                          quantized_layers: dict) -> dict[int, float]:
+    """Layer id (of `layer_ids`) -> MSE between the hidden states after that layer with the K/V of
+    `quantized_layers` (layer id -> quantizer) quantize-dequantized and in full precision, pooled over the tokens
+    of `sequences` (each [T]); `model` has the seam installed."""
     layers = {idx: layer for idx, layer in decoder_layers(model).items() if idx in layer_ids}
     device = next(model.parameters()).device
     sums, total = dict.fromkeys(layer_ids, 0.0), 0
     for seq in sequences:
         ids = seq[None].to(device)                                                   # [1, T]
         reference = residual_stream(model, ids, layers)
-        with simulated_quantization(seam):
+        with simulated_quantization(model, quantized_layers):
             quantized = residual_stream(model, ids, layers)
         for idx in layer_ids:
             sums[idx] += (quantized[idx].float() - reference[idx].float()).pow(2).mean().item() * len(seq)
@@ -162,14 +165,15 @@ def evaluate(loaded, seam, task_cfg, ctx: int, seed: int):
                for module in seam.modules
                if kinds[module.layer_idx] != "sliding_attention" and module.layer_idx in captured]
     sequences = measured_sequences(loaded.tokenizer, text, tokens, seq_len)
-    propagated = propagated_hidden_mse(seam, sequences, [r["layer"] for r in records])
+    layer_ids = [r["layer"] for r in records]
+    propagated = propagated_hidden_mse(loaded.model, sequences, layer_ids, dict.fromkeys(layer_ids, seam.quantizer))
     for record in records:
         record["propagated_hidden_mse"] = propagated[record["layer"]]
     return metric_rows(records), records
 
 
 class Fidelity(Task):
-    """Per-layer K/V and attention error: configs/task/fidelity.yaml's `_target_`."""
+    """Per-layer K/V, attention and hidden-state error: configs/task/fidelity.yaml's `_target_`."""
 
     def validate(self) -> None:
         """A known text source (a readable file for source=file) and positive token counts."""

@@ -1,15 +1,15 @@
 """Simulated quantization: a forward pass whose attention reads every token's K/V quantize-dequantized.
 
 The three-region cache keeps the sink and recent windows, and a prefill chunk's own rows, in full precision,
-so a prefill through it quantizes nothing that chunk attends to. Inside `simulated_quantization(seam)` the
-model (with the seam installed: R_V folded into v_proj) runs the `kvq_simulated` attention instead: in each
-layer whose K/V the cache would quantize, q and k are rotated by R_K, the keys are quantized around the key
+so a prefill through it quantizes nothing that chunk attends to. Inside `simulated_quantization(model, layers)`
+the model (with the seam installed: R_V folded into v_proj) runs the `kvq_simulated` attention instead: in each
+layer of `layers` (layer id -> its quantizer), q and k are rotated by R_K, the keys are quantized around the key
 offset and the values (already in the R_V basis) as they are, every token (the history regime: no
 full-precision windows), and attention runs on what the quantizer reads back; every other layer, and the
 output's way back through R_V^T, is the seam's own `kvq_attention`. Run the model without a cache:
 
-    with install(model, quantizer) as seam, simulated_quantization(seam):
-        out = model(ids, use_cache=False)        # every full-attention layer attends over dequantized K/V
+    with install(model, quantizer) as seam, simulated_quantization(model, {1: quantizer, 3: quantizer}):
+        out = model(ids, use_cache=False)        # layers 1 and 3 attend over dequantized K/V
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def quantized_keys(quantizer, layer_idx: int, query: torch.Tensor, key: torch.Te
 
 
 class Simulation:
-    """The layers the active simulation quantizes: layer id -> the quantizer that stores it."""
+    """The layers the active simulation quantizes: layer id -> the quantizer that stores it (codes only)."""
 
     active: dict | None = None
 
@@ -74,23 +74,15 @@ AttentionInterface.register(SIMULATED_ATTN, simulated_attention)
 AttentionMaskInterface.register(SIMULATED_ATTN, sdpa_mask)
 
 
-def stored_layers(seam) -> dict:
-    """Layer id -> quantizer for every layer whose K/V the seam's cache would quantize (as `Seam.new_cache`:
-    full-attention layers whose quantizer stores codes; sliding layers stay full precision)."""
-    kinds = seam.layer_types()
-    layers = {idx: seam.quantizer.for_layer(idx, len(kinds)) for idx, kind in enumerate(kinds)
-              if kind != "sliding_attention"}
-    return {idx: quantizer for idx, quantizer in layers.items() if quantizer.stores_codes}
-
-
 @contextmanager
-def simulated_quantization(seam):
-    """Inside the block, `seam.model` attends over quantize-dequantized K/V of every token (use_cache=False)."""
-    previous = seam.model.config._attn_implementation
-    Simulation.active = stored_layers(seam)
-    seam.model.set_attn_implementation(SIMULATED_ATTN)
+def simulated_quantization(model, layers: dict):
+    """Inside the block, the layers of `layers` (layer id -> quantizer) attend over quantize-dequantized K/V of
+    every token (run the model with use_cache=False); a quantizer that stores no codes leaves its layer exact."""
+    previous = model.config._attn_implementation
+    Simulation.active = {idx: quantizer for idx, quantizer in layers.items() if quantizer.stores_codes}
+    model.set_attn_implementation(SIMULATED_ATTN)
     try:
         yield
     finally:
-        seam.model.set_attn_implementation(previous)
+        model.set_attn_implementation(previous)
         Simulation.active = None

@@ -89,34 +89,20 @@ def test_fidelity_bpe_is_that_of_what_it_quantized(tmp_path, monkeypatch):
     assert fidelity_rows("bf16", tmp_path)["bits_per_element"] == 16.0
 
 
-def one_layer_only(quantizer, layer: int):
-    """`quantizer` storing only `layer` in its format (the identity for the others, as TurboQuant's skipped layers)."""
-    from harness.quantizer import KVQuantizer
-    identity = KVQuantizer()
-    quantizer.for_layer = lambda layer_idx, num_layers: quantizer if layer_idx == layer else identity
-    return quantizer
-
-
-def propagated(model, tok, quantizer):
-    from eval.fidelity import measured_sequences, propagated_hidden_mse
-    from harness.capture import calibration_text
-    from harness.seam import install
-    sequences = measured_sequences(tok, calibration_text(split="heldout"), tokens=192, seq_len=96)
-    with install(model, quantizer) as seam:
-        return propagated_hidden_mse(seam, sequences, [0, 1])
-
-
 def test_the_propagated_error_of_a_layer_is_the_hidden_state_after_it(tiny):
     """Qwen3's two full-attention layers: quantizing layer 1 alone leaves the state after layer 0 exact; quantizing
     layer 0 alone gives the state after layer 0 the error of quantizing every layer, and layer 1 inherits it."""
+    from eval.fidelity import measured_sequences, propagated_hidden_mse
+    from harness.capture import calibration_text
     from harness.quantizer import build_quantizer
+    from harness.seam import install
     model, tok = tiny("qwen3")
-
-    def naive(layer=None):
-        quantizer = build_quantizer("naive_int2")
-        quantizer.check(model.config)
-        return quantizer if layer is None else one_layer_only(quantizer, layer)
-    every, first, last = (propagated(model, tok, quantizer) for quantizer in (naive(), naive(0), naive(1)))
+    naive = build_quantizer("naive_int2")
+    naive.check(model.config)
+    sequences = measured_sequences(tok, calibration_text(split="heldout"), tokens=192, seq_len=96)
+    with install(model, naive):
+        every, first, last = (propagated_hidden_mse(model, sequences, [0, 1], dict.fromkeys(quantized, naive))
+                              for quantized in ([0, 1], [0], [1]))
     assert last[0] == 0.0 and last[1] > 0.0
     assert every[0] > 0.0 and first[0] == every[0]
     assert first[1] > 0.0 and every[1] > first[1]
@@ -147,7 +133,7 @@ def test_the_propagated_run_quantizes_as_the_single_layer_metrics(tiny, tmp_path
         single = layer_errors(seam.modules[0], quantizer, 0, _as_captured(captured[0]))["attn_output_mse"]
         outputs.clear()
         model(ids, use_cache=False)
-        with simulated_quantization(seam):
+        with simulated_quantization(model, {0: quantizer, 1: quantizer}):
             model(ids, use_cache=False)
     handle.remove()
     reference, quantized = outputs                                                         # [1, T, hidden] each

@@ -4,7 +4,7 @@ import torch
 
 from harness.quantizer import build_quantizer
 from harness.seam import install
-from harness.simulated import SIMULATED_ATTN, quantize_dequantize, simulated_quantization, stored_layers
+from harness.simulated import SIMULATED_ATTN, Simulation, quantize_dequantize, simulated_quantization
 
 
 def test_channel_groups_quantize_whole_groups_and_leave_the_tail():
@@ -18,11 +18,12 @@ def test_channel_groups_quantize_whole_groups_and_leave_the_tail():
     assert torch.equal(quantize_dequantize(quantizer, x[..., :8, :], spec), x[..., :8, :])
 
 
-def logits(model, ids, seam=None):
+def logits(model, ids, layers=None):
+    """The model's logits [1, T, vocab] without a cache, with `layers` (id -> quantizer) simulated if given."""
     with torch.no_grad():
-        if seam is None:
+        if layers is None:
             return model(ids, use_cache=False).logits
-        with simulated_quantization(seam):
+        with simulated_quantization(model, layers):
             return model(ids, use_cache=False).logits
 
 
@@ -30,22 +31,11 @@ def logits(model, ids, seam=None):
 def test_the_identity_changes_nothing_and_int2_changes_the_output(tiny, arch):
     model, _ = tiny(arch)
     ids = torch.arange(3, 67)[None]                                        # [1, T]
+    full_attention = [1] if arch == "gemma3" else [0, 1]                   # Gemma's layer 0 is a sliding layer
     for name, changes in (("bf16", False), ("naive_int2", True)):
         quantizer = build_quantizer(name)
         quantizer.check(model.config)
-        with install(model, quantizer) as seam:
-            reference, simulated = logits(model, ids), logits(model, ids, seam)
-            assert model.config._attn_implementation != SIMULATED_ATTN    # restored on leaving
+        with install(model, quantizer):
+            reference, simulated = logits(model, ids), logits(model, ids, dict.fromkeys(full_attention, quantizer))
+            assert model.config._attn_implementation != SIMULATED_ATTN and Simulation.active is None   # restored
         assert torch.equal(reference, simulated) != changes
-
-
-def test_only_the_layers_the_cache_quantizes_are_simulated(tiny):
-    """Gemma 3's sliding layer stays full precision, as in the three-region cache."""
-    model, _ = tiny("gemma3")
-    quantizer = build_quantizer("naive_int2")
-    quantizer.check(model.config)
-    with install(model, quantizer) as seam:
-        assert sorted(stored_layers(seam)) == [1]
-    bf16 = build_quantizer("bf16")
-    with install(model, bf16) as seam:
-        assert stored_layers(seam) == {}
