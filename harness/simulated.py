@@ -61,7 +61,7 @@ class Simulation:
 
 
 def simulated_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """The seam's attention over quantize-dequantized K/V in the layers the cache quantizes (plain tensors:
+    """The seam's attention, over quantize-dequantized K/V in the layers of the active simulation (plain tensors:
     query [B, H_q, T, D], key/value [B, H_kv, T, D]); returns ([B, T, H_q, D], None)."""
     quantizer = (Simulation.active or {}).get(module.layer_idx)
     if quantizer is not None:
