@@ -36,7 +36,9 @@ BENCH_PROVIDERS = {"int2": ("oscar", "INT2 decode kernel"), "int4": ("int4", "IN
 BPE_TICKS = (2, 3, 4, 8, 16)
 BATCH_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 FIDELITY_UNITS = {"k_mse": "K MSE (per element)", "v_mse": "V MSE (per element)", "logit_mse": "logit MSE",
-                  "attn_kl": "attention KL (nats per row)", "attn_output_rel_err": "attn-output rel. error"}
+                  "attn_kl": "attention KL (nats per row)", "attn_output_rel_err": "attn-output rel. error",
+                  "attn_output_mse": "attn-output MSE (per element)",
+                  "propagated_hidden_mse": "propagated hidden-state MSE (per element)"}
 LAYER_METRIC = re.compile(r"(?P<metric>.+)/layer_(?P<layer>\d+)$")
 
 
@@ -201,16 +203,18 @@ def layer_axis(ax, layers: list[int]) -> None:
 
 
 def layer_fidelity(summary: Summary, out_dir: Path) -> list[Path]:
-    """Per model and ctx: each fidelity metric vs layer index (log y), one panel per metric.
+    """Per model and ctx: each fidelity metric vs layer index (log y), one panel per metric that has per-layer
+    rows (cells recorded before a metric existed have none of it).
 
     Quantizers whose error is 0 at every layer (bf16) cannot sit on a log axis; the legend says so."""
     paths = []
     for model in summary.models({"fidelity"}):
         for ctx in summary.ctxs(model, {"fidelity"}):
-            fig, axes = new_figure(len(FIDELITY_METRICS))
             quantizers = summary.quantizers(model, {"fidelity"}, ctx)
+            metrics = [m for m in FIDELITY_METRICS if any(layer_series(summary, model, q, ctx, m) for q in quantizers)]
+            fig, axes = new_figure(len(metrics))
             zero_only, data = set(quantizers), []
-            for ax, metric in zip(axes, FIDELITY_METRICS):
+            for ax, metric in zip(axes, metrics):
                 layers = set()
                 for q in quantizers:
                     series = [(layer, v) for layer, v in layer_series(summary, model, q, ctx, metric) if v > 0]

@@ -29,7 +29,8 @@ QUANTIZER_LABELS = {"bf16": "BF16", "int4": "INT4", "saw_int4": "Saw-INT4", "qua
 HEADLINE_METRICS = {"ruler_niah": ("ruler_niah", "RULER-NIAH"), "longbench": ("longbench", "LongBench"),
                     "aime25": ("aime25_pass1", "AIME25")}
 FIDELITY_METRICS = {"k_mse": "K MSE", "v_mse": "V MSE", "logit_mse": "logit MSE", "attn_kl": "attn KL",
-                    "attn_output_rel_err": "attn-out rel. err"}
+                    "attn_output_rel_err": "attn-out rel. err", "attn_output_mse": "attn-out MSE",
+                    "propagated_hidden_mse": "hidden MSE (propagated)"}
 BPE_METRIC = "bits_per_element"
 REFERENCE = "bf16"
 MISSING = "–"
@@ -257,7 +258,7 @@ def ruler_variants_table(summary: Summary) -> Table:
 
 
 def fidelity_table(summary: Summary) -> Table:
-    """Mean-over-layers K/V reconstruction and attention errors, one block per model."""
+    """Mean-over-layers K/V reconstruction, attention and hidden-state errors, one block per model."""
     blocks = []
     for model in summary.models({"fidelity"}):
         rows = [[ctx, quantizer_label(q), format_stat(summary.bpe(model, q, ctx, {"fidelity"})),
@@ -267,9 +268,12 @@ def fidelity_table(summary: Summary) -> Table:
     notes = ["Mean over the full-attention layers measured, against full precision; lower is better. "
              "K/V MSE per element (in the rotated basis), logit MSE of the scaled causal logits q k^T, attn KL "
              "= KL(p_ref || p_quant) in nats per attention row, attn-out rel. err = ||o - o_ref|| / ||o_ref|| "
-             "after o_proj.",
+             "and attn-out MSE the squared error per element of the attention output after o_proj (that layer "
+             "alone quantized), hidden MSE (propagated) = squared error per element of the hidden state after the "
+             "layer when every layer's K/V is quantized. A cell recorded before a metric existed shows – for it "
+             "(re-run it with force=true).",
              SEED_NOTE, MISSING_NOTE]
-    return Table("fidelity", "KV and attention fidelity", blocks, notes)
+    return Table("fidelity", "KV, attention and hidden-state fidelity", blocks, notes)
 
 
 def dirty_cells(rows: pd.DataFrame) -> list[str]:

@@ -5,8 +5,10 @@
     python scripts/calibrate.py model=qwen3_8b quantizer.calibration.source=file quantizer.calibration.path=gpqa.txt
 
 The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ (k_rotation_qqt_<compose>.pt,
-v_rotation_sst_<compose>.pt, key_mean_qqt_<compose>.pt for quantizer.center_keys=true), where `python run.py quantizer=oscar` finds them; pass
-`quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as run.py.
+v_rotation_sst_<compose>.pt, key_mean_qqt_<compose>.pt for quantizer.center_keys=true; ktk / vtv in place of
+qqt / sst with quantizer.key_target=tensor / quantizer.value_target=tensor), where `python run.py quantizer=oscar`
+finds them; pass `quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as
+run.py.
 """
 import sys
 from pathlib import Path

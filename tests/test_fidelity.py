@@ -21,8 +21,9 @@ def test_identity_has_zero_error_and_int2_does_not(tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
     bf16 = fidelity_rows("bf16", tmp_path)
     naive = fidelity_rows("naive_int2", tmp_path)
-    metrics = ("k_mse", "v_mse", "logit_mse", "attn_kl", "attn_output_rel_err")
-    assert all(bf16[m] == 0.0 for m in metrics)
+    metrics = ("k_mse", "v_mse", "logit_mse", "attn_kl", "attn_output_rel_err", "attn_output_mse",
+               "propagated_hidden_mse")
+    assert all(bf16[m] == 0.0 and bf16[f"{m}/layer_1"] == 0.0 for m in metrics)
     assert all(naive[m] > 0.0 for m in metrics)
     assert set(naive) >= {f"{m}/layer_1" for m in metrics}          # the one full-attention layer
     assert not any(key.endswith("/layer_0") for key in naive)       # the sliding layer is not quantized
@@ -86,3 +87,55 @@ def test_fidelity_bpe_is_that_of_what_it_quantized(tmp_path, monkeypatch):
     assert kivi["bits_per_element"] == pytest.approx(quantizer.quantized_bits())
     assert kivi["bits_per_element"] < quantizer.bits_per_element(4096)     # the windowed (cache) BPE is larger
     assert fidelity_rows("bf16", tmp_path)["bits_per_element"] == 16.0
+
+
+def test_the_propagated_error_of_a_layer_is_the_hidden_state_after_it(tiny):
+    """Qwen3's two full-attention layers: quantizing layer 1 alone leaves the state after layer 0 exact; quantizing
+    layer 0 alone gives the state after layer 0 the error of quantizing every layer, and layer 1 inherits it."""
+    from eval.fidelity import measured_sequences, propagated_hidden_mse
+    from harness.capture import calibration_text
+    from harness.quantizer import build_quantizer
+    from harness.seam import install
+    model, tok = tiny("qwen3")
+    naive = build_quantizer("naive_int2")
+    naive.check(model.config)
+    sequences = measured_sequences(tok, calibration_text(split="heldout"), tokens=192, seq_len=96)
+    with install(model, naive):
+        every, first, last = (propagated_hidden_mse(model, sequences, [0, 1], dict.fromkeys(quantized, naive))
+                              for quantized in ([0, 1], [0], [1]))
+    assert last[0] == 0.0 and last[1] > 0.0
+    assert every[0] > 0.0 and first[0] == every[0]
+    assert first[1] > 0.0 and every[1] > first[1]
+
+
+def test_the_propagated_run_quantizes_as_the_single_layer_metrics(tiny, tmp_path, monkeypatch):
+    """Layer 0 sees the same input in both propagated runs, so its o_proj output error there is the block-output
+    error that attn_output_mse measures on the captured activations: the same rotations, key offset and tokens."""
+    import torch
+
+    from eval.fidelity import _as_captured, layer_errors
+    from harness.capture import calibration_text, capture_activations, token_sequences
+    from harness.quantizer import build_quantizer
+    from harness.seam import install
+    from harness.simulated import simulated_quantization
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
+    model, tok = tiny("qwen3")
+    quantizer = build_quantizer("oscar", center_keys=True, calibration={"budget": 256, "seq_len": 128})
+    quantizer.check(model.config)
+    quantizer.prepare(model, tok)
+    text = calibration_text(split="heldout")
+    ids = token_sequences(tok, text, seq_len=128, budget=128)[0][None]                  # [1, T]
+    o_proj = model.model.layers[0].self_attn.o_proj
+    outputs = []
+    handle = o_proj.register_forward_hook(lambda module, args, output: outputs.append(output))
+    with install(model, quantizer) as seam, torch.no_grad():
+        captured = capture_activations(model, tok, text, budget=128, seq_len=128)
+        single = layer_errors(seam.modules[0], quantizer, 0, _as_captured(captured[0]))["attn_output_mse"]
+        outputs.clear()
+        model(ids, use_cache=False)
+        with simulated_quantization(model, {0: quantizer, 1: quantizer}):
+            model(ids, use_cache=False)
+    handle.remove()
+    reference, quantized = outputs                                                         # [1, T, hidden] each
+    assert single > 0.0
+    assert (quantized - reference).pow(2).mean().item() == pytest.approx(single, rel=1e-3)

@@ -12,8 +12,8 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 PAPER_MODELS = ["qwen3_4b_thinking", "qwen3_8b", "qwen3_32b"]
 PAPER_TASKS = ["gpqa_diamond", "humaneval", "livecodebench", "aime25", "math500"]
 MAIN_QUANTIZERS = ["bf16", "saw_int4", "turboquant_k3v3", "quarot_int2", "naive_int2", "oscar"]
-ABLATIONS = ["oscar", "ablation/oscar_h", "ablation/oscar_none", "ablation/oscar_u", "ablation/oscar_center",
-             "ablation/oscar_kchan"]
+ABLATIONS = ["oscar", "ablation/oscar_tensor", "ablation/oscar_h", "ablation/oscar_none", "ablation/oscar_u",
+             "ablation/oscar_center", "ablation/oscar_kchan"]
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +69,18 @@ def test_paper_ablation_maps_the_variants_to_oscar_options(composer):
     config = composer(["experiment=paper_ablation"])
     assert config.results_dir == "results/paper_ablation"
     assert grid(config) == product(["qwen3_8b"], ABLATIONS, PAPER_TASKS, ["32k"], ["0", "1", "2"])
-    expected = {"oscar": ("r_h_pbr", False, "token"), "ablation/oscar_h": ("h", False, "token"),
-                "ablation/oscar_none": ("none", False, "token"), "ablation/oscar_u": ("u", False, "token"),
-                "ablation/oscar_center": ("r_h_pbr", True, "token"), "ablation/oscar_kchan": ("r_h_pbr", False, "channel")}
+    attention, tensor = ("query", "surrogate"), ("tensor", "tensor")       # (key_target, value_target)
+    expected = {"oscar": ("r_h_pbr", False, "token", attention),
+                "ablation/oscar_tensor": ("r_h_pbr", False, "token", tensor),
+                "ablation/oscar_h": ("h", False, "token", attention),
+                "ablation/oscar_none": ("none", False, "token", attention),
+                "ablation/oscar_u": ("u", False, "token", attention),
+                "ablation/oscar_center": ("r_h_pbr", True, "token", attention),
+                "ablation/oscar_kchan": ("r_h_pbr", False, "channel", attention)}
+    assert set(expected) == set(ABLATIONS)
     for name, options in expected.items():
         q = composer([f"quantizer={name}"]).quantizer
-        assert (q.compose, q.center_keys, q.key.axis) == options
+        assert (q.compose, q.center_keys, q.key.axis, (q.key_target, q.value_target)) == options
         assert build_checked_quantizer(q).name == name.split("/")[-1]        # distinct names: distinct table rows
 
 

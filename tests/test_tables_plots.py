@@ -41,10 +41,13 @@ def ruler(mean):
     return {"niah_single_1": mean - 5, "niah_single_2": mean + 5, "ruler_niah": mean}
 
 
-def fidelity(scale):
-    per_layer = {f"{m}/layer_{layer}": scale * (layer + 1) for m in ("k_mse", "attn_kl") for layer in (0, 1)}
+def fidelity(scale, hidden=True):
+    """Fidelity rows; hidden=False: a cell recorded before the block-output and hidden-state metrics existed."""
+    layered = ("k_mse", "attn_kl", "propagated_hidden_mse") if hidden else ("k_mse", "attn_kl")
+    per_layer = {f"{m}/layer_{layer}": scale * (layer + 1) for m in layered for layer in (0, 1)}
+    later = {"attn_output_mse": 0.5 * scale, "propagated_hidden_mse": 1.5 * scale} if hidden else {}
     return {**per_layer, "k_mse": 1.5 * scale, "v_mse": 0.1 * scale, "logit_mse": 2 * scale,
-            "attn_kl": 1.5 * scale, "attn_output_rel_err": 0.3 * scale}
+            "attn_kl": 1.5 * scale, "attn_output_rel_err": 0.3 * scale, **later}
 
 
 CELLS = [
@@ -60,7 +63,7 @@ CELLS = [
     error("toy", "naive_int2", "aime25", "4k"),                         # failed cell: must not count
     ok("toy", "bf16", "fidelity", "4k", fidelity(0.0)),
     ok("toy", "oscar", "fidelity", "4k", fidelity(0.2)),
-    ok("toy", "naive_int2", "fidelity", "4k", fidelity(1.0)),
+    ok("toy", "naive_int2", "fidelity", "4k", fidelity(1.0, hidden=False)),
 ]
 
 
@@ -126,6 +129,8 @@ def test_fidelity_table(tables):
     assert list(rows) == [("4k", "BF16"), ("4k", "Naive INT2"), ("4k", "OSCAR")]
     assert rows[("4k", "OSCAR")]["K MSE"] == "0.3" and rows[("4k", "OSCAR")]["attn-out rel. err"] == "0.06"
     assert rows[("4k", "BF16")]["V MSE"] == "0"
+    assert rows[("4k", "OSCAR")]["attn-out MSE"] == "0.1" and rows[("4k", "OSCAR")]["hidden MSE (propagated)"] == "0.3"
+    assert rows[("4k", "Naive INT2")]["hidden MSE (propagated)"] == MISSING        # recorded before it existed
 
 
 def test_markdown_and_latex_render_blanks_with_a_footnote(tables):
@@ -172,6 +177,14 @@ def test_plot_data_holds_the_points_and_their_error_bars(plots):
     assert oscar.loc["8k", ["mean", "err_below", "err_above"]].tolist() == [60.0, 0.0, 0.0]      # no interval
     bf16 = data[(data["quantizer"] == "bf16") & (data["task"] == "ruler_niah")].set_index("ctx")
     assert bf16.loc["4k", "seeds"] == 2 and round(bf16.loc["4k", "err_below"], 2) == 7.07       # ± std of seeds
+
+
+def test_layer_fidelity_draws_a_panel_per_metric_with_per_layer_rows(store, tmp_path, monkeypatch):
+    import report.plots
+    figures = []
+    monkeypatch.setattr(report.plots, "save", lambda fig, out_dir, stem, data: figures.append(fig) or [])
+    report.plots.layer_fidelity(report.plots.Summary(load_rows(store)), tmp_path)
+    assert [ax.get_title() for ax in figures[0].axes] == ["K MSE", "attn KL", "hidden MSE (propagated)"]
 
 
 def test_speedup_plot_is_skipped_without_decode_timings(tmp_path):

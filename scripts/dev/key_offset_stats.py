@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from eval.fidelity import quantize_dequantize  # noqa: E402
+from eval.fidelity import quantize_captured  # noqa: E402
 from harness.capture import calibration_text, capture_activations  # noqa: E402
 from harness.models import load_model  # noqa: E402
 from harness.pipeline import resolve_device  # noqa: E402
@@ -42,7 +42,7 @@ def block_means(keys: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:
 
 def int2_key_mse(quantizer, keys: torch.Tensor, offset) -> float:
     """MSE of quantize(keys - offset) + offset against keys [T, H, D] (as task=fidelity quantizes them)."""
-    restored = quantize_dequantize(quantizer, keys - offset, quantizer.key_spec) + offset
+    restored = quantize_captured(quantizer, keys - offset, quantizer.key_spec) + offset
     return (restored - keys).pow(2).mean().item()
 
 
