@@ -217,8 +217,9 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
     if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
         return ("static decode needs three-region layers only (full attention in every layer; sliding-window "
                 "layers keep a growing cache).")
-    if not layers[0].use_kernels:
-        return "static decode needs a quantizer that stores codes and the Triton kernel path (CUDA, or kernels=triton)."
+    if not all(layer.use_kernels for layer in layers):
+        return ("static decode needs codes stored in every layer and the Triton kernel path (CUDA, or kernels=triton); "
+                "a quantizer that keeps layers in full precision (skip_boundary_layers) decodes through generate.")
     sink = layers[0].quantizer.sink_tokens
     if sink is not None and prompt_tokens < sink:
         return f"static decode needs prompts of at least sink_tokens={sink} tokens, got {prompt_tokens}."
