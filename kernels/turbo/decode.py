@@ -6,9 +6,9 @@ returns what `attention_reference` gives over baselines/turboquant_format.py's d
 Stage 1 (this module's kernel) runs kernels/decode's program layout: history splits here, fp-segment splits
 through kernels/decode's `_fp_program`; stage 2 is kernels/decode's log-sum-exp merge (`run_split_k`).
 
-Per BLOCK_N-token history tile, the bytes of each token row are loaded twice, as the low and the high byte of
-every coordinate's code (coordinate d sits at bits 3d .. 3d+2 of the row), and the codes extracted with
-shifts. Keys never materialise: the tile holds their centroids (a select over the 2^b-entry table, loaded
+Per BLOCK_N-token history tile, each coordinate's code is cut from its token row's bytes with shifts
+(coordinate d sits at bits 3d .. 3d+2 of the row: the byte holding bit 3d, and the next one where the code
+crosses it; 2- and 4-bit codes never do). Keys never materialise: the tile holds their centroids (a select over the 2^b-entry table, loaded
 once per program), and the per-token factor norm / |centroids| (norm correction) is folded around the dot,
     q.k_n = (norm_n / |c_n|) * (q . c_n).
 Values keep their codes and fold scale and zero as the INT2 kernel does:
@@ -21,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.decode.common import LOG2E, ROW_BLOCK, _load_query, _program_rows, _softmax_step, _split_bounds, \
-    _store_lse
+from kernels.decode.common import (LOG2E, ROW_BLOCK, _load_query, _program_rows, _softmax_step, _split_bounds,
+                                   _store_lse)
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.launch import DecodeConfig, check_launch, default_config, run_split_k
 from kernels.decode.packed import _load_token_meta, _split_meta

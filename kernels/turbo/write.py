@@ -106,10 +106,11 @@ def quantize_pack_turbo(x: torch.Tensor, spec, boundaries: torch.Tensor | None =
     if x3.numel():
         block_t, num_warps = default_write_tile(head_dim, spec, rotate=False)
         interpret = interpreter_forced() or not x.is_cuda
+        key = spec.kind == "key"                 # values read no codebook, keys write no zero: stand-in pointers
         _quantize_pack_turbo_kernel[(triton.cdiv(tokens, block_t), x3.shape[0])](
-            x3, x3 if boundaries is None else boundaries, codes, scale, zero, tokens,
+            x3, boundaries if key else x3, codes, scale, scale if key else zero, tokens,
             x3.stride(0), x3.stride(1), codes.stride(0), codes.stride(1), scale.stride(0), scale.stride(1),
-            D=head_dim, BITS=spec.bits, KEY=spec.kind == "key", BLOCK_T=block_t, FAST_DIV=not interpret,
+            D=head_dim, BITS=spec.bits, KEY=key, BLOCK_T=block_t, FAST_DIV=not interpret,
             num_warps=num_warps, enable_fp_fusion=False,
         )
     shapes = part_shapes(x.shape, spec)
