@@ -14,9 +14,10 @@ What is stored (BASELINES_AND_TASKS.md §2.6; vLLM config.py / centroids.py / tu
   attends to itself unquantized here, as in every quantizer of this cache; vLLM stores it first.)
 * All layers quantized, as OSCAR ran it; `skip_boundary_layers=n` leaves the first n and last n layers in
   full precision (vLLM's default n=2, at most half the layers).
-The hooks (quantize / dequantize) implement this format, so it runs on the PyTorch reference path
-(kernels=auto picks that path for it on CUDA too; kernels=triton refuses it): the Triton kernels store
-affine codes only.
+The hooks (quantize / dequantize) implement this format on the PyTorch reference path (kernels=reference, and
+kernels=auto on CPU); `kernel_ops` names its Triton kernels (kernels/turbo: the write kernel stores the same bytes,
+the decode kernel reads them), which run it like every other quantizer on CUDA and under kernels=triton, static
+decode (frozen cache + CUDA graph) included.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ class TurboQuant(KVQuantizer):
         centroids, boundaries = gaussian_codebook(2 ** self.key_bits, variance=1.0 / head_dim)
         self.centroids, self.boundaries = centroids.float(), boundaries.float()      # [2^b], [2^b - 1]
         self._rotation = hadamard(head_dim).float()                                 # [D, D]
+        self._kernels = None                                                        # built for this codebook
 
     # ---------------------------------------------------------------- lifecycle
     def check(self, model_config) -> None:
@@ -89,6 +91,13 @@ class TurboQuant(KVQuantizer):
         if qt.spec.kind == "key":
             return dequantize_keys(qt, self.centroids)
         return dequantize_values(qt)
+
+    def kernel_ops(self):
+        """kernels/turbo's write and decode kernels with this head_dim's codebook (built once per `_resolve`)."""
+        if self._kernels is None:
+            from kernels.turbo.ops import TurboKernels
+            self._kernels = TurboKernels(self.centroids, self.boundaries)
+        return self._kernels
 
     # ---------------------------------------------------------------- accounting
     def quantized_bits(self) -> float:

@@ -4,16 +4,19 @@
     qt = quantize_keys(k_rot, spec, boundaries)        # k_rot: [B, H_kv, T, D], already Hadamard-rotated
     k_hat = dequantize_keys(qt, centroids)             # float32 [B, H_kv, T, D]
 
-Keys (per token and head): the L2 norm is stored in fp16; the unit vector's coordinates (about
+Keys (per token and head): the L2 norm is stored in fp16 (accumulated in fp64, where each square is exact, then
+rounded to fp32: torch's fp32 `norm` sums in an order that depends on the CPU's vector width and differs on CUDA,
+so this is what kernels/turbo reproduces bit for bit); the unit vector's coordinates (about
 N(0, 1/D) after the rotation) are each replaced by the index of the nearest centroid of the Lloyd-Max
 codebook of N(0, 1/D). Dequantization looks the centroids up, re-normalises that vector to unit length
 when `norm_correction` is on (vLLM's `_nc` presets), and scales it by the stored norm.
 Values (per token and head): the harness's stock asymmetric min-max quantizer over the whole head_dim
 (kernels/format.py; fp16 scale and zero, the same grid as vLLM's, which stores the minimum where the
 harness stores the zero point -min/scale: 32 bits either way).
-Codes of both are packed tight, 8 codes of b bits in b bytes (vLLM's layout), not in the 4-bit container
-kernels/format.py uses for INT3, so the bytes held are exactly what `bits_per_element` counts:
-K `bits + 16 / D`, V `bits + 32 / D` per element.
+Codes of both are packed tight, 8 codes of b bits in b bytes (vLLM's layout, kernels/turbo/layout.py), not in
+the 4-bit container kernels/format.py uses for INT3, so the bytes held are exactly what `bits_per_element` counts:
+K `bits + 16 / D`, V `bits + 32 / D` per element. This module is the reference of the Triton kernels in
+kernels/turbo (write path bit for bit, decode attention to fp32 rounding).
 """
 from __future__ import annotations
 
@@ -22,11 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from kernels.format import QuantSpec, QuantizedTensor, quantize, unpack_codes
+from kernels.turbo.layout import CODES_PER_WORD, KINDS, NORM_FLOOR, TIGHT_BITS
 
-KINDS = ("key", "value")
-TIGHT_BITS = (2, 3, 4)
-CODES_PER_WORD = 8                 # 8 codes of b bits fill exactly b bytes
-NORM_FLOOR = 1e-30                 # a zero key has a zero norm; its (unused) unit vector is taken as 0
 FP16_MAX = torch.finfo(torch.float16).max
 
 
@@ -94,7 +94,7 @@ def quantize_keys(x: torch.Tensor, spec: TurboSpec, boundaries: torch.Tensor) ->
     boundaries [2^b - 1]: the codebook's sorted decision thresholds (a value on a threshold takes the upper cell).
     """
     x = x.float()
-    norm = x.norm(dim=-1, keepdim=True)                                   # [..., T, 1]
+    norm = x.double().square().sum(dim=-1, keepdim=True).sqrt().float()  # [..., T, 1]: the same on every device
     unit = x / norm.clamp_min(NORM_FLOOR)                                 # [..., T, D]
     codes = torch.bucketize(unit, boundaries.to(unit.device, torch.float32), right=True).to(torch.uint8)
     return QuantizedTensor(codes=pack_tight(codes, spec.bits), scale=_fp16(norm),

@@ -26,7 +26,7 @@ class PackedHistory:
     """Growable packed buffers along the token axis (codes/scale/zero, and the reference path's mirror).
 
     On the reference path each row is dequantized once, when it is written (`dequantized`); on the kernel
-    path only the packed bytes exist and the decode kernel reads them.
+    path only the packed bytes exist, written and read by the kernels of the quantizer's format (`kernel_ops`).
     """
 
     def __init__(self, quantizer, spec, use_kernels: bool):
@@ -55,9 +55,9 @@ class PackedHistory:
         if not self.lengths:
             self.lengths = [0] * batch
         if self.use_kernels:
-            from kernels.quant import quantize_pack
             with on_device(rows.device):                 # the layer's GPU (models split over several)
-                parts = dict(zip(("codes", "scale", "zero"), quantize_pack(rows, self.spec)))
+                packed = self.quantizer.kernel_ops().quantize_pack(rows, self.spec)   # the format's write kernel
+            parts = dict(zip(("codes", "scale", "zero"), packed))
         else:
             qt = self.quantizer.quantize(rows.float(), self.spec)
             parts = {"codes": qt.codes, "scale": qt.scale, "zero": qt.zero,
@@ -103,15 +103,13 @@ class PackedHistory:
 
         Gives an empty history its (empty) operands for the decode kernel, and a frozen cache its fixed storage.
         """
-        from kernels.quant import packed_shapes
         self.head_dim, self.dtype = like.shape[-1], getattr(self, "dtype", like.dtype)
         if not self.lengths:
             self.lengths = [0] * like.shape[0]
-        codes_shape, meta_shape = packed_shapes((*like.shape[:-2], tokens, like.shape[-1]), self.spec)
-        dtypes = {"codes": torch.uint8, "scale": self.spec.torch_scale_dtype, "zero": self.spec.torch_scale_dtype}
-        for key, shape in (("codes", codes_shape), ("scale", meta_shape), ("zero", meta_shape)):
+        parts = self.quantizer.kernel_ops().part_shapes((*like.shape[:-2], tokens, like.shape[-1]), self.spec)
+        for key, (shape, dtype) in parts.items():
             used = self.used.get(key, 0)
-            buf = like.new_zeros(shape, dtype=dtypes[key])
+            buf = like.new_zeros(shape, dtype=dtype)
             if used:
                 buf[..., :used, :] = self.buffers[key][..., :used, :]
             self.buffers[key], self.used[key] = buf, used

@@ -1,7 +1,8 @@
 """The `KVQuantizer` interface, and building a quantizer (or any class) from a config's `_target_`.
 
 A quantizer is data plus small functions: how K and V are stored (a `QuantSpec` each, or None for
-full precision), the full-precision window sizes (sink / recent / demotion page), optional
+full precision; a quantizer with a format of its own overrides quantize / dequantize and names its kernels
+with `kernel_ops`), the full-precision window sizes (sink / recent / demotion page), optional
 rotations (R_K applied to q and k after RoPE; R_V folded into v_proj and undone on the attention
 output), and `bits_per_element(ctx)`. The cache (harness/cache.py) and the seam (harness/seam.py) are
 shared by every quantizer, so a new method is one small module plus one YAML. The registry is the
@@ -83,6 +84,12 @@ class KVQuantizer:
     def dequantize(self, qt) -> torch.Tensor:
         from kernels.format import dequantize
         return dequantize(qt)
+
+    def kernel_ops(self):
+        """The Triton kernels of the format `quantize` stores (kernels/ops.py: write, part shapes, decode): the
+        affine format's, unless a subclass that overrides quantize / dequantize names its own (TurboQuant)."""
+        from kernels.ops import AFFINE
+        return AFFINE
 
     def bits_per_element(self, ctx: int) -> float:
         """Average stored bits per K/V element at context `ctx`, counting codes, metadata and full-precision windows."""

@@ -86,13 +86,13 @@ def windowed_sdpa(module, query, key, value, attention_mask, window: int, **kwar
 
 
 def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
-    """Triton split-K decode over [sink | packed history | recent] (the identity: over its fp rows alone);
-    query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
-    from kernels.decode import decode_attention
+    """Triton split-K decode over [sink | packed history | recent] with the decode kernel of the layer quantizer's
+    format (the identity: over its fp rows alone); query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
+    k_spec, v_spec = layer.kernel_specs
     with on_device(query.device):                                         # the layer's GPU (models split over several)
-        out = decode_attention(query, *layer.kernel_operands(), *lengths, sm_scale=scaling,
-                               k_spec=layer.kernel_specs[0], v_spec=layer.kernel_specs[1])   # [B, H_q, T_q, D]
+        out = layer.quantizer.kernel_ops().decode_attention(
+            query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec)  # [B, H_q, T_q, D]
     return out.transpose(1, 2).contiguous()
 
 
@@ -133,23 +133,25 @@ def fold_value_rotation(module, rotation: torch.Tensor, runtime_dtype: str = "fl
     return original
 
 
-def overrides_storage_hooks(quantizer) -> bool:
-    """Whether the quantizer replaces KVQuantizer.quantize / dequantize (the kernels implement only the stock ones)."""
+def lacks_kernels(quantizer) -> bool:
+    """Whether the quantizer replaces KVQuantizer.quantize / dequantize without naming the kernels of its format
+    (`kernel_ops`): the stock kernels would store the affine format instead."""
     cls = type(quantizer)
-    return cls.quantize is not KVQuantizer.quantize or cls.dequantize is not KVQuantizer.dequantize
+    own_format = cls.quantize is not KVQuantizer.quantize or cls.dequantize is not KVQuantizer.dequantize
+    return own_format and cls.kernel_ops is KVQuantizer.kernel_ops
 
 
 def kernels_enabled(device: torch.device, mode: str, quantizer=None) -> bool:
     """auto: Triton kernels on CUDA only; triton: forced (CPU needs TRITON_INTERPRET=1); reference: never.
 
-    A quantizer with its own quantize/dequantize hooks runs on the reference path (which calls them) under
-    auto, and is refused under `kernels=triton`: the kernels would silently store the stock format instead.
+    A quantizer with quantize/dequantize hooks of its own and no kernels for that format (`lacks_kernels`) runs
+    on the reference path (which calls the hooks) under auto, and is refused under `kernels=triton`.
     """
     from kernels.dispatch import use_triton
-    custom = quantizer is not None and quantizer.stores_codes and overrides_storage_hooks(quantizer)
+    custom = quantizer is not None and quantizer.stores_codes and lacks_kernels(quantizer)
     if custom and mode == "triton":
-        raise ValueError(f"Quantizer '{quantizer.name}' overrides quantize/dequantize, which the Triton kernels do "
-                         f"not implement; run it with kernels=reference (or auto).")
+        raise ValueError(f"Quantizer '{quantizer.name}' overrides quantize/dequantize without Triton kernels for "
+                         f"its format (kernel_ops); run it with kernels=reference (or auto).")
     if mode == "auto":
         return device.type == "cuda" and not custom
     return use_triton(device, mode) and not custom

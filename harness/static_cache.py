@@ -229,8 +229,11 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
     if not layers or not all(isinstance(layer, ThreeRegionLayer) for layer in layers):
         return ("static decode needs three-region layers only (full attention in every layer; sliding-window "
                 "layers keep a growing cache).")
-    if not layers[0].use_kernels:
+    if not all(layer.use_kernels for layer in layers):
         return "static decode needs the Triton kernel path (CUDA, or kernels=triton)."
+    if len({layer.quantizer.stores_codes for layer in layers}) > 1:
+        return ("static decode needs the same regions in every layer; a quantizer that keeps some layers in full "
+                "precision (skip_boundary_layers) decodes through generate.")
     sink = layers[0].quantizer.sink_tokens
     if sink is not None and prompt_tokens < sink:
         return f"static decode needs prompts of at least sink_tokens={sink} tokens, got {prompt_tokens}."

@@ -1,15 +1,16 @@
 """A prompt decodes the same alone as inside a left-padded batch of longer prompts (per-sequence regions).
 
 Every quantizer on the reference path; the Triton kernels (dynamic cache) and the frozen static cache for the
-code-storing quantizers the kernels implement (TurboQuant's codebook keys run on the reference path only). On CPU
-the kernels run under the interpreter (OSCAR and KIVI only, for time); on a GPU box (TRITON_INTERPRET=0) every
-such quantizer runs on CUDA.
+code-storing quantizers with kernels (the affine format's, or their own: TurboQuant). On CPU the kernels run under
+the interpreter (OSCAR and KIVI only, for time; TurboQuant's kernel path is held to its reference path on a
+left-padded batch in tests/test_turboquant_seam.py); on a GPU box (TRITON_INTERPRET=0) every such quantizer runs
+on CUDA.
 """
 import pytest
 import torch
 
 from harness.quantizer import build_quantizer, known_quantizers
-from harness.seam import install, overrides_storage_hooks
+from harness.seam import install, lacks_kernels
 from harness.static_cache import static_generate
 
 PROMPT = "The grass is green and the sky is blue. The magic number is 4213. Remember it well, " * 3
@@ -68,8 +69,9 @@ def test_reference_path_is_batch_invariant(tiny, tmp_path, monkeypatch, name):
 
 
 def _kernel_names():
-    """Quantizers the kernels implement (not those with their own quantize/dequantize hooks); bf16 reads fp rows."""
-    names = sorted(n for n in set(known_quantizers()) - NOT_OURS if not overrides_storage_hooks(build_quantizer(n)))
+    """Quantizers with kernels (not those with quantize/dequantize hooks of their own and no kernels); bf16 reads
+    fp rows only."""
+    names = sorted(n for n in set(known_quantizers()) - NOT_OURS if not lacks_kernels(build_quantizer(n)))
     return names if CUDA else sorted(KERNEL_ON_CPU)
 
 

@@ -7,10 +7,11 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from baselines.lloyd_max import gaussian_codebook, gaussian_distortion, standard_normal_lloyd_max
+from baselines.turboquant import TurboQuant
 from baselines.turboquant_format import pack_tight, unpack_tight
 from harness.models import char_tokenizer, tiny_config
 from harness.pipeline import run_cell
-from harness.quantizer import build_quantizer
+from harness.quantizer import KVQuantizer, build_quantizer
 from harness.seam import install, kernels_enabled
 from kernels.format import QuantSpec, dequantize, quantize
 from report.store import ResultsStore
@@ -177,11 +178,19 @@ def test_decode_reads_the_codebook_history(tiny):
     assert (stock[-1] - ours[-1]).abs().max() > 1e-3                # decode reads the quantized history
 
 
-def test_kernels_triton_is_refused_and_auto_takes_the_reference_path():
+def test_its_kernels_run_it_and_a_format_without_kernels_keeps_the_reference_path():
+    """TurboQuant names kernels for its format (kernel_ops), so kernels=triton / auto on CUDA run them; a quantizer
+    with its own quantize/dequantize and no kernels of its own is refused under triton, reference under auto."""
     quantizer = _quantizer()
-    with pytest.raises(ValueError, match="overrides quantize/dequantize"):
-        kernels_enabled(torch.device("cpu"), "triton", quantizer)
-    assert kernels_enabled(torch.device("cuda"), "auto", quantizer) is False
+    assert kernels_enabled(torch.device("cpu"), "triton", quantizer) is True          # TRITON_INTERPRET=1 (conftest)
+    assert kernels_enabled(torch.device("cuda"), "auto", quantizer) is True
+    assert kernels_enabled(torch.device("cpu"), "auto", quantizer) is False
+
+    class WithoutKernels(TurboQuant):
+        kernel_ops = KVQuantizer.kernel_ops
+    with pytest.raises(ValueError, match="overrides quantize/dequantize without Triton kernels"):
+        kernels_enabled(torch.device("cpu"), "triton", WithoutKernels())
+    assert kernels_enabled(torch.device("cuda"), "auto", WithoutKernels()) is False
 
 
 def test_a_cell_runs_end_to_end(tmp_path):

@@ -40,3 +40,27 @@ def _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i):
     l_safe = tl.where(has_keys, l_i, 1.0)
     tl.store(part_lse_ptr + slot, tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf")), mask=row_ok)
     return l_safe
+
+
+@triton.jit
+def _program_rows(kv_heads, q_tokens, n_rows, n_splits, stride_qb, stride_qh, stride_qt,
+                  GROUP: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Who a stage-1 program (split, b * H_kv + h, row block) is: its split, sequence b and KV head h (int64), its
+    query rows (head-major: GROUP heads x T_q tokens) [BLOCK_R], their mask, q offsets and partial-output slots."""
+    split = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // kv_heads).to(tl.int64)
+    h = (bh % kv_heads).to(tl.int64)
+    rows = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)                      # [BLOCK_R] query rows
+    row_ok = rows < n_rows
+    q_rows = b * stride_qb + (h * GROUP + rows // q_tokens) * stride_qh + (rows % q_tokens) * stride_qt
+    slot = (bh.to(tl.int64) * n_splits + split) * n_rows + rows                    # [BLOCK_R]
+    return split, b, h, rows, row_ok, q_rows, slot
+
+
+@triton.jit
+def _load_query(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, FP16: tl.constexpr):
+    """The program's query rows times qk_scale, [BLOCK_R, D] in the dot dtype (fp16 on the GPU, else fp32)."""
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
+    return (q.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import _softmax_step, _store_lse
+from kernels.decode.common import _load_query, _softmax_step, _split_bounds, _store_lse
+
 
 @triton.jit
 def _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr, fv_ptr, start, end, limit, stride_fn,
@@ -12,8 +13,7 @@ def _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr, fv_ptr, start, end, limit
     """Online softmax over fp-segment tokens [start, end); row r sees positions < limit[r]."""
     d = tl.arange(0, D)
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
-    q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
-    q = (q.to(tl.float32) * qk_scale).to(dtype)                                    # [BLOCK_R, D]
+    q = _load_query(q_ptr, q_rows, row_ok, qk_scale, D, FP16)                      # [BLOCK_R, D]
     m_i = tl.full(row_ok.shape, float("-inf"), tl.float32)
     l_i = tl.zeros(row_ok.shape, tl.float32)
     acc = tl.zeros((row_ok.shape[0], D), tl.float32)
@@ -29,3 +29,16 @@ def _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr, fv_ptr, start, end, limit
         acc = tl.dot(p.to(dtype), v, acc * alpha[:, None])
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i)
     tl.store(part_o_ptr + slot[:, None] * D + d[None, :], acc / l_safe[:, None], mask=row_ok[:, None])
+
+
+@triton.jit
+def _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h, split,
+                n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn, part_o_ptr, part_lse_ptr, slot,
+                D: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr):
+    """Fp-segment split `split` of sequence b for KV head h: its token range, and each query row's causal limit."""
+    fp_len = tl.load(fp_len_ptr + b)
+    start, end = _split_bounds(tl.load(fp_start_ptr + b), fp_len, split, n_fp_splits, BLOCK_F)
+    limit = fp_len - q_tokens + 1 + rows % q_tokens                                # [BLOCK_R] causal
+    base = b * stride_fb + h * stride_fh
+    _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr + base, fv_ptr + base, start, end, limit, stride_fn,
+              part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)

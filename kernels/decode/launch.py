@@ -118,24 +118,60 @@ def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, hea
     return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and single_group_layouts(k_spec, v_spec, head_dim)
 
 
-def _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero) -> None:
+def check_launch(q, tensors, fp_k, fp_v) -> None:
+    """What any stage-1 kernel needs of its inputs (`tensors`, q among them): a supported head_dim, at most
+    MAX_ROWS query rows per KV head, one device, contiguous last dims, fp_k / fp_v of one layout."""
     head_dim = q.shape[-1]
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}.")
     rows = (q.shape[1] // fp_k.shape[1]) * q.shape[2]
     if rows > MAX_ROWS:
         raise ValueError(f"GQA group x T_q = {rows} query rows per KV head exceeds {MAX_ROWS}.")
+    if any(t.device != q.device for t in tensors):
+        raise ValueError("all decode inputs must be on the same device as q.")
+    if any(t.dim() and t.stride(-1) != 1 for t in tensors):
+        raise ValueError("every decode input must be contiguous in its last dim.")
+    if fp_k.stride() != fp_v.stride():
+        raise ValueError("fp_k and fp_v must share strides.")
+
+
+def _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero) -> None:
+    """What the affine stage-1 kernel needs of its specs and metadata."""
     for name, spec in (("k", k_spec), ("v", v_spec)):
         if spec.container_bits not in (2, 4, 8):
             raise ValueError(f"{name}_spec: unsupported bits {spec.bits}.")
         if spec.axis == "token" and spec.group & (spec.group - 1):
             raise ValueError(f"{name}_spec: token-axis group must be a power of two, got {spec.group}.")
-    if any(t.device != q.device for t in tensors):
-        raise ValueError("all decode inputs must be on the same device as q.")
-    if any(t.dim() and t.stride(-1) != 1 for t in tensors):
-        raise ValueError("every decode input must be contiguous in its last dim.")
-    if k_scale.stride() != k_zero.stride() or v_scale.stride() != v_zero.stride() or fp_k.stride() != fp_v.stride():
-        raise ValueError("scale/zero pairs and fp_k/fp_v must share strides.")
+    if k_scale.stride() != k_zero.stride() or v_scale.stride() != v_zero.stride():
+        raise ValueError("scale/zero pairs must share strides.")
+
+
+def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_gpu: bool, num_splits: int | None,
+                row_block: int, stage1) -> torch.Tensor:
+    """Plan the splits, run stage 1 and the stage-2 merge -> out [B, H_q, T_q, D] (zeros without any key).
+
+    stage1(grid, part_o, part_lse, hist_splits, fp_splits) launches a format's stage-1 kernel on `grid`
+    (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
+    [B * H_kv, splits, rows] (fp32), hist_splits history splits first.
+    """
+    batch, q_heads, q_tokens, head_dim = q.shape
+    units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
+    target = _split_target(cfg, units, q.device) if on_gpu else 1
+    hist_splits = num_splits if num_splits is not None and n_hist else \
+        _num_splits(units, n_hist, cfg.block_n, target, cfg.min_split_tiles)
+    fp_splits = _num_splits(units, n_fp, cfg.block_f, target, cfg.min_split_tiles)
+    n_splits = hist_splits + fp_splits
+    out = q.new_empty(batch, q_heads, q_tokens, head_dim)
+    if n_splits == 0 or out.numel() == 0:
+        return out.zero_()
+    part_o = q.new_empty(units, n_splits, n_rows, head_dim, dtype=torch.float32)
+    part_lse = q.new_empty(units, n_splits, n_rows, dtype=torch.float32)
+    stage1((n_splits, units, triton.cdiv(n_rows, row_block)), part_o, part_lse, hist_splits, fp_splits)
+    _decode_stage2_kernel[(units, n_rows)](
+        part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
+        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, num_warps=4,
+    )
+    return out
 
 
 def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
@@ -149,41 +185,29 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     tensors = (q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                hist_len, fp_len, hist_start, fp_start)
     check_decode_inputs(*tensors, k_spec, v_spec)
-    _check_kernel_support(q, tensors, k_spec, v_spec, fp_k, fp_v, k_scale, k_zero, v_scale, v_zero)
+    check_launch(q, tensors, fp_k, fp_v)
+    _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero)
     batch, q_heads, q_tokens, head_dim = q.shape
-    kv_heads, n_hist, n_fp = fp_k.shape[1], k_codes.shape[2], fp_k.shape[2]
+    kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    n_rows = group * q_tokens
     small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
     cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim),
-                                   n_rows)
-    target = _split_target(cfg, batch * kv_heads, q.device) if on_gpu else 1
-    hist_splits = num_splits if num_splits is not None and n_hist else \
-        _num_splits(batch * kv_heads, n_hist, cfg.block_n, target, cfg.min_split_tiles)
-    fp_splits = _num_splits(batch * kv_heads, n_fp, cfg.block_f, target, cfg.min_split_tiles)
-    n_splits = hist_splits + fp_splits
-    out = q.new_empty(batch, q_heads, q_tokens, head_dim)
-    if n_splits == 0 or out.numel() == 0:
-        return out.zero_()
+                                   group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
-    row_block = WARP_TILE_ROWS if warp_tiles and n_rows <= WARP_TILE_ROWS else ROW_BLOCK
-    part_o = q.new_empty(batch * kv_heads, n_splits, n_rows, head_dim, dtype=torch.float32)
-    part_lse = q.new_empty(batch * kv_heads, n_splits, n_rows, dtype=torch.float32)
-    _decode_stage1_kernel[(n_splits, batch * kv_heads, triton.cdiv(n_rows, row_block))](
-        q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
-        hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
-        sm_scale * LOG2E, kv_heads, q_tokens, n_rows, hist_splits, fp_splits,
-        *q.stride()[:3], *k_codes.stride()[:3], *k_scale.stride()[:3],
-        *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
-        GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
-        K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
-        K_GROUP=k_spec.group, V_GROUP=v_spec.group,
-        WARP_TILES=warp_tiles, WARPS=cfg.num_warps, BLOCK_R=row_block, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f,
-        FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
-    )
-    _decode_stage2_kernel[(batch * kv_heads, n_rows)](
-        part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
-        GROUP=group, D=head_dim, BLOCK_S=cfg.merge_block, num_warps=4,
-    )
-    return out
+    row_block = WARP_TILE_ROWS if warp_tiles and group * q_tokens <= WARP_TILE_ROWS else ROW_BLOCK
+
+    def stage1(grid, part_o, part_lse, hist_splits, fp_splits):
+        _decode_stage1_kernel[grid](
+            q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
+            hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
+            sm_scale * LOG2E, kv_heads, q_tokens, group * q_tokens, hist_splits, fp_splits,
+            *q.stride()[:3], *k_codes.stride()[:3], *k_scale.stride()[:3],
+            *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
+            GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
+            K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
+            K_GROUP=k_spec.group, V_GROUP=v_spec.group,
+            WARP_TILES=warp_tiles, WARPS=cfg.num_warps, BLOCK_R=row_block, BLOCK_N=cfg.block_n,
+            BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
+        )
+    return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1)

@@ -7,11 +7,9 @@ import torch
 from kernels.format import QuantizedTensor, QuantSpec, dequantize
 
 def _check_history(name, codes, scale, zero, spec, batch, kv_heads, head_dim):
-    """Shape/dtype checks for one packed history tensor and its metadata."""
-    if codes.dtype != torch.uint8:
-        raise ValueError(f"{name}_codes must be uint8, got {codes.dtype}.")
+    """Shape/dtype checks for one packed history tensor (uint8 [B, H_kv, N, *]: `check_segments`) and its metadata."""
     n_bytes = head_dim * spec.container_bits // 8
-    if codes.dim() != 4 or tuple(codes.shape[:2]) != (batch, kv_heads) or codes.shape[3] != n_bytes:
+    if codes.shape[3] != n_bytes:
         raise ValueError(f"{name}_codes must be [{batch}, {kv_heads}, N, {n_bytes}], got {tuple(codes.shape)}.")
     tokens = codes.shape[2]
     if spec.axis == "token":
@@ -32,6 +30,15 @@ def _check_history(name, codes, scale, zero, spec, batch, kv_heads, head_dim):
 def check_decode_inputs(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                         hist_len, fp_len, hist_start, fp_start, k_spec, v_spec) -> None:
     """Raise a one-sentence ValueError for any shape or dtype inconsistency of a decode call."""
+    check_segments(q, fp_k, fp_v, k_codes, v_codes, hist_len, fp_len, hist_start, fp_start)
+    batch, kv_heads, head_dim = q.shape[0], fp_k.shape[1], q.shape[-1]
+    _check_history("k", k_codes, k_scale, k_zero, k_spec, batch, kv_heads, head_dim)
+    _check_history("v", v_codes, v_scale, v_zero, v_spec, batch, kv_heads, head_dim)
+
+
+def check_segments(q, fp_k, fp_v, k_codes, v_codes, hist_len, fp_len, hist_start, fp_start) -> None:
+    """The checks every history format shares: q [B, H_q, T_q, D], fp_k / fp_v [B, H_kv, M, D] (H_kv divides
+    H_q), k / v codes [B, H_kv, N, *] of one length N, int32 [B] lengths; a one-sentence ValueError otherwise."""
     if q.dim() != 4:
         raise ValueError(f"q must be [B, H_q, T_q, D], got shape {tuple(q.shape)}.")
     batch, q_heads, _, head_dim = q.shape
@@ -43,8 +50,10 @@ def check_decode_inputs(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, f
         raise ValueError(f"fp_k must be [{batch}, H_kv, M, {head_dim}], got {tuple(fp_k.shape)}.")
     if q_heads % kv_heads != 0:
         raise ValueError(f"H_q={q_heads} is not a multiple of H_kv={kv_heads}.")
-    _check_history("k", k_codes, k_scale, k_zero, k_spec, batch, kv_heads, head_dim)
-    _check_history("v", v_codes, v_scale, v_zero, v_spec, batch, kv_heads, head_dim)
+    for name, codes in (("k_codes", k_codes), ("v_codes", v_codes)):
+        if codes.dtype != torch.uint8 or codes.dim() != 4 or tuple(codes.shape[:2]) != (batch, kv_heads):
+            raise ValueError(f"{name} must be uint8 [{batch}, {kv_heads}, N, *], got {codes.dtype} "
+                             f"{tuple(codes.shape)}.")
     if k_codes.shape[2] != v_codes.shape[2]:
         raise ValueError(f"k and v histories differ in length: {k_codes.shape[2]} vs {v_codes.shape[2]}.")
     for name, lengths in (("hist_len", hist_len), ("fp_len", fp_len), ("hist_start", hist_start),
@@ -83,13 +92,22 @@ def decode_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_
     """
     check_decode_inputs(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                         hist_len, fp_len, hist_start, fp_start, k_spec, v_spec)
-    head_dim, group = q.shape[-1], q.shape[1] // fp_k.shape[1]
+    head_dim = q.shape[-1]
     k_hist = _dequantize_history(k_codes, k_scale, k_zero, k_spec, head_dim)          # [B, H_kv, N, D]
     v_hist = _dequantize_history(v_codes, v_scale, v_zero, v_spec, head_dim)
+    return attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start,
+                               sm_scale=sm_scale)
+
+
+def attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start, *,
+                        sm_scale: float) -> torch.Tensor:
+    """`decode_attention_reference` over an already dequantized history k_hist / v_hist [B, H_kv, N, D] (any
+    stored format's reconstruction, fp32) -> [B, H_q, T_q, D] in q's dtype."""
+    group = q.shape[1] // fp_k.shape[1]
     keys = torch.cat([k_hist, fp_k.float()], dim=2).repeat_interleave(group, dim=1)   # [B, H_q, N+M, D]
     values = torch.cat([v_hist, fp_v.float()], dim=2).repeat_interleave(group, dim=1)
     scores = (q.float() @ keys.transpose(-1, -2)) * sm_scale                         # [B, H_q, T_q, N+M]
-    mask = _valid_mask(q.shape[2], k_codes.shape[2], fp_k.shape[2], hist_len.long(), fp_len.long(),
+    mask = _valid_mask(q.shape[2], k_hist.shape[2], fp_k.shape[2], hist_len.long(), fp_len.long(),
                        hist_start.long(), fp_start.long())
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
     return (probs @ values).to(q.dtype)                                               # [B, H_q, T_q, D]

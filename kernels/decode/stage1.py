@@ -4,9 +4,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import _split_bounds
-from kernels.decode.fp_segment import _fp_split
+from kernels.decode.common import _program_rows, _split_bounds
+from kernels.decode.fp_segment import _fp_program
 from kernels.decode.packed import _history_split, _history_warp_tiles
+
 
 @triton.jit
 def _decode_stage1_kernel(
@@ -23,14 +24,8 @@ def _decode_stage1_kernel(
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr,
 ):
-    split = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // kv_heads).to(tl.int64)
-    h = (bh % kv_heads).to(tl.int64)
-    rows = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)                      # query rows: head-major
-    row_ok = rows < n_rows
-    q_rows = b * stride_qb + (h * GROUP + rows // q_tokens) * stride_qh + (rows % q_tokens) * stride_qt
-    slot = (bh.to(tl.int64) * (n_hist_splits + n_fp_splits) + split) * n_rows + rows  # [BLOCK_R]
+    split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
+                                                           stride_qb, stride_qh, stride_qt, GROUP, BLOCK_R)
     if split < n_hist_splits:
         start, end = _split_bounds(tl.load(hist_start_ptr + b), tl.load(hist_len_ptr + b), split,
                                    n_hist_splits, BLOCK_N)
@@ -47,10 +42,6 @@ def _decode_stage1_kernel(
                            stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
                            K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, BLOCK_N, FP16, ASM_UNPACK)
     else:
-        fp_len = tl.load(fp_len_ptr + b)
-        start, end = _split_bounds(tl.load(fp_start_ptr + b), fp_len, split - n_hist_splits, n_fp_splits,
-                                   BLOCK_F)
-        limit = fp_len - q_tokens + 1 + rows % q_tokens                            # [BLOCK_R] causal
-        base = b * stride_fb + h * stride_fh
-        _fp_split(q_ptr, q_rows, row_ok, qk_scale, fk_ptr + base, fv_ptr + base, start, end, limit, stride_fn,
-                  part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
+        _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
+                    split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
+                    part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)

@@ -1,0 +1,173 @@
+"""TurboQuant's Triton kernels (kernels/turbo) against its reference format (baselines/turboquant_format.py).
+
+The write kernel stores the reference's bytes bit for bit; the decode kernel matches fp32 attention over the
+reference's dequantized history. Runs under TRITON_INTERPRET=1 on CPU (set below when CUDA is unavailable),
+where the decode kernel computes in fp32; on a GPU its dot operands are fp16.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from baselines.turboquant import TurboQuant  # noqa: E402
+from baselines.turboquant_format import (TurboSpec, dequantize_keys, dequantize_values, quantize_keys,  # noqa: E402
+                                         quantize_values)
+from kernels.decode.reference import attention_reference  # noqa: E402
+from kernels.format import QuantizedTensor  # noqa: E402
+from kernels.turbo.decode import decode_attention_turbo  # noqa: E402
+from kernels.turbo.ops import TurboKernels  # noqa: E402
+from kernels.turbo.write import quantize_pack_turbo  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot operands on the GPU
+
+
+def _quantizer(head_dim: int, **options) -> TurboQuant:
+    quantizer = TurboQuant(**options)
+    quantizer._resolve(head_dim)
+    return quantizer
+
+
+def _reference_parts(x: torch.Tensor, spec, quantizer: TurboQuant) -> QuantizedTensor:
+    return quantize_keys(x, spec, quantizer.boundaries) if spec.kind == "key" else quantize_values(x, spec)
+
+
+def _history(x: torch.Tensor, spec, quantizer: TurboQuant) -> QuantizedTensor:
+    """The reference's parts of x [B, H_kv, N, D]; for N = 0 the write kernel's empty parts (the reference's
+    reshapes cannot infer a size from an empty tensor)."""
+    if x.shape[2]:
+        return _reference_parts(x, spec, quantizer)
+    return QuantizedTensor(*quantize_pack_turbo(x, spec, quantizer.boundaries), spec, x.shape[-1])
+
+
+# ---------------------------------------------------------------------------------------- write
+WRITE_CASES = {  # name: (B, H_kv, T, D, key bits, value bits)
+    "d128-t37-b2": (2, 3, 37, 128, 3, 3),
+    "d64-t1": (1, 2, 1, 64, 3, 3),
+    "d64-t19-b3-k2v4": (3, 1, 19, 64, 2, 4),       # the other tight widths (vLLM's k3v4 preset stores 4-bit values)
+    "d256-t9-k4v2": (1, 1, 9, 256, 4, 2),
+}
+
+
+@pytest.mark.parametrize("name", WRITE_CASES)
+def test_write_kernel_stores_the_reference_bytes(name):
+    batch, heads, tokens, head_dim, key_bits, value_bits = WRITE_CASES[name]
+    quantizer = _quantizer(head_dim, key_bits=key_bits, value_bits=value_bits)
+    x = torch.randn(batch, heads, tokens, head_dim, generator=torch.Generator().manual_seed(tokens)) * 3
+    x[0, 0, 0] = 0.0                                        # a zero key: zero norm, codes of the zero vector
+    if tokens > 1:
+        x[0, -1, 1] *= 1e4                                  # a norm beyond fp16's range (saturates)
+    kernels = TurboKernels(quantizer.centroids, quantizer.boundaries)
+    for spec in (quantizer.key_spec, quantizer.value_spec):
+        got = kernels.quantize_pack(x.to(DEVICE), spec)
+        ref = _reference_parts(x, spec, quantizer)
+        for part, a, b in zip(("codes", "scale", "zero"), got, (ref.codes, ref.scale, ref.zero)):
+            assert a.dtype == b.dtype and a.shape == b.shape, (spec.kind, part)
+            assert torch.equal(a.cpu(), b), f"{spec.kind} {part} differs in {(a.cpu() != b).sum()} places"
+
+
+def test_write_kernel_reads_bf16_rows_and_strided_views():
+    """The cache hands bf16 rows (upcast after the load), sometimes a slice of a wider buffer."""
+    quantizer = _quantizer(128)
+    wide = torch.randn(2, 2, 24, 128, generator=torch.Generator().manual_seed(5)).bfloat16()
+    rows = wide[:, :, 3:20]                                                       # [B, H_kv, 17, D], strided
+    for spec in (quantizer.key_spec, quantizer.value_spec):
+        got = quantize_pack_turbo(rows.to(DEVICE), spec, quantizer.boundaries.to(DEVICE))
+        ref = _reference_parts(rows.float(), spec, quantizer)
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(got, (ref.codes, ref.scale, ref.zero)))
+
+
+def test_write_kernel_refuses_keys_without_a_codebook():
+    quantizer = _quantizer(64)
+    x = torch.randn(1, 1, 4, 64, device=DEVICE)
+    with pytest.raises(ValueError, match="boundaries"):
+        quantize_pack_turbo(x, quantizer.key_spec)
+    with pytest.raises(ValueError, match="head_dim"):
+        quantize_pack_turbo(torch.randn(1, 1, 4, 96, device=DEVICE), TurboSpec("value", 3, 96))
+
+
+# ---------------------------------------------------------------------------------------- decode
+def make_inputs(batch, q_heads, kv_heads, q_tokens, head_dim, n_hist, n_fp, *, seed=0, **options):
+    """q, the reference-quantized TurboQuant history, an fp segment and ragged per-sequence lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    quantizer = _quantizer(head_dim, **options)
+    q = torch.randn(batch, q_heads, q_tokens, head_dim, generator=gen)
+    keys = _history(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen) * 2, quantizer.key_spec, quantizer)
+    values = _history(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen), quantizer.value_spec, quantizer)
+    fp_k, fp_v = (torch.randn(batch, kv_heads, n_fp, head_dim, generator=gen) for _ in range(2))
+    hist_len = torch.randint(max(n_hist - 5, 0), n_hist + 1, (batch,), generator=gen, dtype=torch.int32)
+    fp_len = torch.randint(max(n_fp - 3, q_tokens), n_fp + 1, (batch,), generator=gen, dtype=torch.int32)
+    hist_start = torch.minimum(torch.randint(0, 6, (batch,), generator=gen, dtype=torch.int32), hist_len)
+    fp_start = torch.minimum(torch.randint(0, 3, (batch,), generator=gen, dtype=torch.int32), fp_len - q_tokens)
+    args = (q, keys.codes, keys.scale, keys.zero, values.codes, values.scale, values.zero, fp_k, fp_v,
+            hist_len, fp_len, hist_start, fp_start)
+    return args, quantizer, (keys, values)
+
+
+def reference_decode(args, quantizer, history) -> torch.Tensor:
+    """fp32 attention over the reference's dequantized history (an empty one: no rows)."""
+    q, *_, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start = args
+    keys, values = history
+    if keys.codes.shape[2]:
+        k_hist, v_hist = dequantize_keys(keys, quantizer.centroids), dequantize_values(values)   # [B, H_kv, N, D]
+    else:
+        k_hist = v_hist = fp_k[:, :, :0].float()
+    return attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start,
+                               sm_scale=q.shape[-1] ** -0.5)
+
+
+def kernel_decode(args, quantizer, num_splits=None) -> torch.Tensor:
+    return decode_attention_turbo(*(t.to(DEVICE) for t in args), sm_scale=args[0].shape[-1] ** -0.5,
+                                  k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
+                                  centroids=quantizer.centroids.to(DEVICE), num_splits=num_splits).cpu()
+
+
+DECODE_CASES = {  # name: (B, H_q, H_kv, T_q, D, N, M, num_splits, quantizer options)
+    "gqa4-d128-n150-splits3": (2, 8, 2, 1, 128, 150, 9, 3, {}),
+    "gqa1-d64-n70-tq4": (3, 2, 2, 4, 64, 70, 12, None, {}),
+    "gqa4-d64-n33-tq16": (1, 4, 1, 16, 64, 33, 20, 2, {}),            # 64 query rows: four row blocks
+    "gqa1-d128-n65-no-norm-correction": (2, 2, 2, 1, 128, 65, 5, None, {"norm_correction": False}),
+    "gqa4-d64-n40-k3v4": (2, 4, 1, 2, 64, 40, 6, None, {"value_bits": 4}),
+}
+
+
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_kernel_matches_reference_attention(name):
+    *shape, num_splits, options = DECODE_CASES[name]
+    args, quantizer, history = make_inputs(*shape, **options)
+    out, ref = kernel_decode(args, quantizer, num_splits), reference_decode(args, quantizer, history)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert (out - ref).abs().max().item() < TOL
+
+
+def test_decode_kernel_with_an_empty_history_is_causal_attention_over_the_fp_segment():
+    args, quantizer, history = make_inputs(2, 4, 2, 3, 64, 0, 11)
+    assert (kernel_decode(args, quantizer) - reference_decode(args, quantizer, history)).abs().max().item() < TOL
+
+
+def test_decode_kernel_reads_the_norm_and_the_codebook():
+    """Guards the comparison: with every norm doubled, or without norm correction, the output moves."""
+    args, quantizer, _ = make_inputs(1, 2, 1, 1, 64, 50, 2, seed=3)
+    out = kernel_decode(args, quantizer)
+    doubled = args[:2] + (args[2] * 2,) + args[3:]
+    assert (kernel_decode(doubled, quantizer) - out).abs().max().item() > 1e-2
+    plain = _quantizer(64, norm_correction=False)
+    assert (kernel_decode(args, plain) - out).abs().max().item() > 1e-4
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda a: a[:2] + (a[2][..., :0],) + a[3:], "k scale must be"),
+    (lambda a: a[:4] + (a[4][..., :8],) + a[5:], "v codes must be"),
+    (lambda a: a[:9] + (a[9].long(),) + a[10:], "hist_len must be int32"),
+])
+def test_decode_kernel_refuses_bad_inputs(mutate, match):
+    args, quantizer, _ = make_inputs(1, 2, 1, 1, 64, 8, 3)
+    with pytest.raises(ValueError, match=match):
+        kernel_decode(mutate(args), quantizer)
+    with pytest.raises(ValueError, match="centroids"):
+        decode_attention_turbo(*args, sm_scale=0.125, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
+                               centroids=quantizer.centroids[:4])
