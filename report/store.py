@@ -114,15 +114,17 @@ def cell_is_done(results_dir, task: str, cell: str) -> bool:
     return not damaged and bool(rows) and all(r.get("status") == "ok" for r in rows)
 
 
-def git_sha() -> str:
-    """Commit of the code that ran ($OSCAR_GIT_SHA wins, for copies of the tree without .git, e.g. a GPU box)."""
+def git_sha(repo: Path = Path(__file__).parent) -> str:
+    """Commit of the code that ran ($OSCAR_GIT_SHA wins, for copies of the tree without .git, e.g. a GPU box), with
+    "-dirty" when tracked files outside results/ differ from it (rows a sweep rewrites do not make later cells dirty)."""
     if os.environ.get("OSCAR_GIT_SHA"):
         return os.environ["OSCAR_GIT_SHA"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
+                             cwd=repo, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/",
+                                ":(exclude,top)results"], capture_output=True, text=True, cwd=repo,
+                               timeout=10).stdout.strip()               # the results store is data, not code
         return (sha or "unknown") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -61,3 +61,26 @@ def test_a_row_written_before_the_provenance_fields_still_loads(tmp_path):
     path.write_text(json.dumps(old) + "\n")
     frame = load_rows(tmp_path)
     assert frame.loc[0, "value"] == pytest.approx(0.5) and frame.loc[0, "git_sha"] == "1234"
+
+
+def test_a_rewritten_results_file_does_not_mark_the_code_dirty(tmp_path, monkeypatch):
+    """A sweep with force=true rewrites tracked rows: later cells still ran the committed code; a code edit is dirty."""
+    import subprocess
+    from report.store import git_sha
+    monkeypatch.delenv("OSCAR_GIT_SHA", raising=False)
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "rows.jsonl").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "init")
+    clean = git_sha(tmp_path)
+    assert clean and not clean.endswith("-dirty")
+    (tmp_path / "results" / "rows.jsonl").write_text("{}\n{}\n")
+    assert git_sha(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_sha(tmp_path) == clean + "-dirty"
