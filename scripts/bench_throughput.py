@@ -210,6 +210,19 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     return row
 
 
+def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype,
+                   profile: bool = False) -> dict:
+    """`measure`, or (the GPU ran out of memory) a row with status=oom and the error's first line, so that a
+    configuration that cannot fit ends its row, not the run."""
+    try:
+        return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile)
+    except torch.OutOfMemoryError as err:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        return {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0,
+                "status": "oom", "error": str(err).splitlines()[0]}
+
+
 def copy_bandwidth(device, megabytes: int = 1024, repeats: int = 10) -> float:
     """Bytes moved per second (read + written) by a device-to-device copy of `megabytes`, the median of `repeats`."""
     src = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
@@ -241,9 +254,9 @@ def max_batch(bytes_per_token: float, ctx: int, budget_gb: float, weights_bytes:
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    cols = [c for c in rows[0] if not isinstance(rows[0][c], list)]  # per-kernel lists stay in the JSON
+    cols = list(dict.fromkeys(c for r in rows for c in r if not isinstance(r[c], list)))  # lists stay in the JSON
     lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -271,14 +284,16 @@ def main() -> None:
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
-        rows.append(with_floor(measure(model, q, b, c, args.steps, device, dtype, args.profile), weights, bandwidth))
+        rows.append(with_floor(measure_or_oom(model, q, b, c, args.steps, device, dtype, args.profile), weights,
+                               bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_rows = []
     for q in ([] if args.profile else quantizers):               # same memory budget at the longest context
-        per_token = next(r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1])
-        fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights)
+        per_token = next((r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1]
+                          and r.get("kv_bytes_per_token")), None)
+        fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights) if per_token else 0
         run_batch = min(fit, args.same_budget_cap)
-        row = with_floor(measure(model, q, run_batch, ctxs[-1], args.steps, device, dtype), weights, bandwidth) \
+        row = with_floor(measure_or_oom(model, q, run_batch, ctxs[-1], args.steps, device, dtype), weights, bandwidth) \
             if run_batch else \
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})

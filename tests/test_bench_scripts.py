@@ -27,6 +27,33 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
                for r in data["same_budget"] if r["batch"])
 
 
+def test_bench_throughput_records_an_oom_and_goes_on(tmp_path, monkeypatch, capsys):
+    """A configuration that does not fit (BF16 at a batch beyond the GPU) ends its own row with status=oom."""
+    import json
+    import torch
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import bench_throughput
+    real = bench_throughput.measure
+
+    def measure(model, name, *args, **kwargs):
+        if name == "bf16":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB.\nmore lines")
+        return real(model, name, *args, **kwargs)
+
+    monkeypatch.setattr(bench_throughput, "measure", measure)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["bench_throughput.py", "--tiny", "--steps", "1", "--ctx", "600", "--batch", "1",
+                                      "--quantizers", "bf16,naive_int2"])
+    bench_throughput.main()
+    data = json.loads((tmp_path / "bench_throughput.json").read_text())
+    rows = {r["quantizer"]: r for r in data["rows"]}
+    assert rows["bf16"]["status"] == "oom" and rows["bf16"]["error"] == "CUDA out of memory. Tried to allocate 9.00 GiB."
+    assert rows["naive_int2"]["ms_per_step"] > 0
+    budget = {r["quantizer"]: r for r in data["same_budget"]}
+    assert budget["bf16"]["batch"] == 0 and budget["naive_int2"]["batch"] > 0
+    assert "| oom |" in capsys.readouterr().out
+
+
 def test_step_profile_splits_gpu_time_by_kernel_kind():
     from types import SimpleNamespace
     from torch.autograd import DeviceType
