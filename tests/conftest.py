@@ -25,6 +25,22 @@ def tiny():
     return make
 
 
+@pytest.fixture
+def full_attention_qwen3():
+    """Factory: a tiny random Qwen3 (fp32, seed 0) of `layers` full-attention layers and its character tokenizer
+    (left padding)."""
+    def make(layers: int):
+        from transformers import AutoModelForCausalLM
+        from harness.models import char_tokenizer, tiny_config
+        tok = char_tokenizer()
+        tok.padding_side = "left"
+        config = tiny_config("qwen3", len(tok))
+        config.num_hidden_layers, config.layer_types = layers, ["full_attention"] * layers
+        torch.manual_seed(0)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval(), tok
+    return make
+
+
 THINKING_TEMPLATE = (     # a Qwen3-like chat template with the enable_thinking switch, for the reasoning tasks
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"

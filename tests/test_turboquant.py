@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from baselines.lloyd_max import gaussian_codebook, gaussian_distortion, standard_normal_lloyd_max
 from baselines.turboquant import TurboQuant
 from baselines.turboquant_format import pack_tight, unpack_tight
-from harness.models import char_tokenizer, tiny_config
+from harness.models import tiny_config
 from harness.pipeline import run_cell
 from harness.quantizer import KVQuantizer, build_quantizer
 from harness.seam import install, kernels_enabled
@@ -134,19 +134,10 @@ def test_stored_bytes_are_what_bits_per_element_counts(tiny):
     assert 8 * (layer.history_k.nbytes() + layer.history_v.nbytes()) / elements == quantizer.bits_per_element(4096)
 
 
-def _six_layer_qwen3():
-    tok = char_tokenizer()
-    config = tiny_config("qwen3", len(tok))
-    config.num_hidden_layers, config.layer_types = 6, ["full_attention"] * 6
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
-    return model, tok
-
-
 @pytest.mark.parametrize("skip, quantized", [(0, {0, 1, 2, 3, 4, 5}), (2, {2, 3})])
-def test_skip_boundary_layers_leaves_the_first_and_last_layers_in_full_precision(skip, quantized):
-    model, tok = _six_layer_qwen3()
+def test_skip_boundary_layers_leaves_the_first_and_last_layers_in_full_precision(skip, quantized,
+                                                                                 full_attention_qwen3):
+    model, tok = full_attention_qwen3(6)
     quantizer = _quantizer(skip_boundary_layers=skip)
     quantizer.check(model.config)
     with install(model, quantizer, kernels="reference") as seam, torch.inference_mode():

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from harness.generate import generate_outputs
-from harness.models import char_tokenizer, tiny_config
 from harness.quantizer import build_quantizer
 from harness.seam import install
 from harness.static_cache import static_decode_refusal, static_generate
@@ -71,22 +70,12 @@ def test_static_decode_takes_turboquant_and_decodes_like_generate(tiny):
     assert cache.layers[0].static is not None and max(cache.layers[0].history_k.lengths) > 0
 
 
-def _four_layer_qwen3():
-    tok = char_tokenizer()
-    config = tiny_config("qwen3", len(tok))
-    config.num_hidden_layers, config.layer_types = 4, ["full_attention"] * 4
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
-    tok.padding_side = "left"
-    return model.to(DEVICE), tok
-
-
-def test_skipped_boundary_layers_stay_full_precision_on_the_kernel_path():
+def test_skipped_boundary_layers_stay_full_precision_on_the_kernel_path(full_attention_qwen3):
     """skip_boundary_layers=1 of 4: layers 0 and 3 keep full precision (the identity, whose kernel reads fp rows
     only), 1 and 2 store TurboQuant codes;
     static decode refuses the mix in one sentence and generate serves it."""
-    model, tok = _four_layer_qwen3()
+    model, tok = full_attention_qwen3(4)
+    model.to(DEVICE)
     quantizer = _quantizer(model, skip_boundary_layers=1)
     ref, _ = greedy(model, tok, quantizer, "reference")
     ours, cache = greedy(model, tok, quantizer, "triton")
