@@ -63,6 +63,7 @@ class ThreeRegionLayer(DynamicLayer):
         self._pending = False                  # a prefill chunk's demotion waits for the padding
         self.history_k = self.history_v = None
         self.static = None            # a StaticState once `harness.static_cache.freeze` fixed the buffers
+        self._no_history = None       # the identity's empty kernel operands (`_no_history_operands`)
         r_k = quantizer.key_rotation(layer_idx)
         self.key_rotation = None if r_k is None else r_k.float()
         offset = quantizer.key_offset(layer_idx)
@@ -256,7 +257,7 @@ class ThreeRegionLayer(DynamicLayer):
         A frozen cache hands over whole buffers: fixed shapes, read only up to the lengths on the device.
         """
         if self.history_k is None:                   # the identity (no packed history): the kernel reads fp rows only
-            return (*empty_history(self.keys, self.kernel_specs[0]) * 2, self.keys, self.values)
+            return (*self._no_history_operands()[1] * 2, self.keys, self.values)
         parts = []
         for history in (self.history_k, self.history_v):
             if not history.buffers:                  # no token demoted yet (a prompt shorter than sink + recent)
@@ -268,10 +269,19 @@ class ThreeRegionLayer(DynamicLayer):
     def kernel_specs(self) -> tuple:
         """(k spec, v spec) of the packed history the decode kernel reads (a placeholder for the identity)."""
         if self.history_k is None:
-            from kernels.format import QuantSpec
-            spec = QuantSpec(bits=2, group=self.keys.shape[-1])   # the INT2 kernel's variant, with no history tokens
+            spec, _ = self._no_history_operands()
             return spec, spec
         return self.history_k.spec, self.history_v.spec
+
+    def _no_history_operands(self) -> tuple:
+        """(spec, (codes, scale, zero)) of the identity's empty history: the INT2 kernel's variant with no tokens,
+        built once per batch shape and device rather than every step."""
+        key = (tuple(self.keys.shape[:2]), self.keys.shape[-1], self.keys.device)
+        if self._no_history is None or self._no_history[0] != key:
+            from kernels.format import QuantSpec
+            spec = QuantSpec(bits=2, group=self.keys.shape[-1])
+            self._no_history = (key, spec, empty_history(self.keys, spec))
+        return self._no_history[1:]
 
     @property
     def history_length(self) -> int:
