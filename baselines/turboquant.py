@@ -61,7 +61,8 @@ class TurboQuant(KVQuantizer):
 
     # ---------------------------------------------------------------- lifecycle
     def check(self, model_config) -> None:
-        head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+        head_dim = (getattr(model_config, "head_dim", None)
+                    or model_config.hidden_size // model_config.num_attention_heads)
         self._resolve(int(head_dim))
         kinds = getattr(model_config, "layer_types", None)
         self.layer_kinds = list(kinds) if kinds else ["full_attention"] * model_config.num_hidden_layers

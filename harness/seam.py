@@ -91,8 +91,8 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
     k_spec, v_spec = layer.kernel_specs
     with on_device(query.device):                                         # the layer's GPU (models split over several)
-        out = layer.quantizer.kernel_ops().decode_attention(
-            query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec)  # [B, H_q, T_q, D]
+        out = layer.quantizer.kernel_ops().decode_attention(                  # [B, H_q, T_q, D]
+            query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec)
     return out.transpose(1, 2).contiguous()
 
 

@@ -7,8 +7,8 @@
 
 `freeze` gives every full-attention layer a full-precision buffer of sink + recent + page rows and a
 packed history sized for the whole generation (the identity, BF16: a full-precision buffer for every row
-of the generation, so BF16 decodes through the same kernel and graph as the quantizers), and puts the lengths the decode kernel reads in device
-tensors shared by all layers. A decode step then changes no shape, allocates nothing the kernels keep
+of the generation, so BF16 decodes through the same kernel and graph as the quantizers), and puts the
+lengths the decode kernel reads in device tensors shared by all layers. A decode step then changes no shape, allocates nothing the kernels keep
 and reads no host state, so CUDA captures it once and replays it: the host cost of a step (about
 2,700 kernel launches for Qwen3-4B, results/bench/bench_throughput_profile.md) becomes one graph launch.
 Between replays, when a sequence's recent window has grown by a page, its oldest page is demoted into

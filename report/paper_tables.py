@@ -166,7 +166,8 @@ def paper_tables(rows: pd.DataFrame, dry_runs: bool = False, paper_file: Path = 
     ablation = ["bf16", "oscar", "oscar_tensor", "oscar_h", "oscar_none", "oscar_u", "oscar_center",
                 "oscar_kchan"]
     return [
-        paper_table("paper_main", "Paper main table (P Table 2)", "§11.1", {m: list(MAIN_METHODS) for m in MAIN_MODELS},
+        paper_table("paper_main", "Paper main table (P Table 2)", "§11.1",
+                    {m: list(MAIN_METHODS) for m in MAIN_MODELS},
                     main_columns(), paper, rows, dry_runs,
                     [f"{source} §11.1. Ours at ctx {RUN_CTX} (python run.py -m experiment=paper_main). BPE: the "
                      f"paper's at 128K, ours at {RUN_CTX}. Mean = unweighted mean of the five tasks; Drop = Mean - "
@@ -175,7 +176,8 @@ def paper_tables(rows: pd.DataFrame, dry_runs: bool = False, paper_file: Path = 
                     {m: aime_methods for m in ("qwen3_8b", "qwen3_32b")},
                     [Column("BPE", "all", BPE_METRIC, RUN_CTX), Column("AIME25", "aime25", "aime25_pass1", RUN_CTX)],
                     paper, rows, dry_runs,
-                    [f"{source} §11.2. Ours: python run.py -m experiment=paper_aime_int2.", NOT_RUNNABLE["kivi2_star"]]),
+                    [f"{source} §11.2. Ours: python run.py -m experiment=paper_aime_int2.",
+                     NOT_RUNNABLE["kivi2_star"]]),
         paper_table("paper_ruler", "Paper RULER-NIAH", "§11.3",
                     {m: ["bf16", "quarot_int2", "oscar"] for m in ("qwen3_8b", "qwen3_32b")},
                     [Column(c, "ruler_niah", "ruler_niah", c) for c in ("16k", "32k", "64k", "128k")],

@@ -116,7 +116,8 @@ def cell_is_done(results_dir, task: str, cell: str) -> bool:
 
 def git_sha(repo: Path = Path(__file__).parent) -> str:
     """Commit of the code that ran ($OSCAR_GIT_SHA wins, for copies of the tree without .git, e.g. a GPU box), with
-    "-dirty" when tracked files outside results/ differ from it (rows a sweep rewrites do not make later cells dirty)."""
+    "-dirty" when tracked files outside results/ differ from it (rows a sweep rewrites do not make later cells
+    dirty)."""
     if os.environ.get("OSCAR_GIT_SHA"):
         return os.environ["OSCAR_GIT_SHA"]
     try:

@@ -390,7 +390,8 @@ def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in all_tables(rows, dry_runs) + paper_tables(rows, dry_runs) + [throughput_table(bench_dir, load_paper())]:
+    tables = all_tables(rows, dry_runs) + paper_tables(rows, dry_runs) + [throughput_table(bench_dir, load_paper())]
+    for table in tables:
         for suffix, render in ((".md", to_markdown), (".tex", to_latex)):
             path = out_dir / f"{table.name}{suffix}"
             path.write_text(render(table))

@@ -1,9 +1,9 @@
 """Optional experiment loggers (`logger=wandb`); `logger=none` logs nothing.
 
-Each computed cell is one wandb run (a skipped cell is not logged again): the resolved config, its metrics,
-the rows and the per-example records as tables, and the cell's plot (a bar per metric); a failed cell is a run too, with its error. Runs of one
-sweep share a group (the sweep's folder name, unless `logger.group` is set), so a dashboard compares
-the quantizers of a sweep side by side. wandb runs offline (WANDB_MODE=offline) unless an API key is
+Each computed cell is one wandb run (a skipped cell is not logged again): the resolved config, its metrics, the rows
+and the per-example records as tables, and the cell's plot (a bar per metric); a failed cell is a run too, with its
+error. Runs of one sweep share a group (the sweep's folder name, unless `logger.group` is set), so a dashboard
+compares the quantizers of a sweep side by side. wandb runs offline (WANDB_MODE=offline) unless an API key is
 configured, so no network is ever needed; `wandb sync outputs/wandb/offline-run-*` uploads later.
 """
 from __future__ import annotations

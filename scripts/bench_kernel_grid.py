@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
                            decode_inputs, graph_ms, sdpa_call)
+from harness.cache import empty_history  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference, default_config, is_small_grid  # noqa: E402
 from kernels.decode.launch import _sm_count  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
@@ -40,12 +41,11 @@ def bf16_kernel_args(batch: int, ctx: int, shape: AttnShape) -> tuple:
     d, heads = shape.head_dim, shape.kv_heads
     q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
     fp_k, fp_v = (torch.randn(batch, heads, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    codes = torch.empty(batch, heads, 0, d // 4, dtype=torch.uint8, device="cuda")
-    meta = torch.empty(batch, heads, 0, 1, dtype=torch.float16, device="cuda")
+    spec = QuantSpec(bits=2, group=d)
+    no_history = empty_history(fp_k, spec)                       # what the cache hands the kernel for the identity
     hist_len, starts = (torch.zeros(batch, dtype=torch.int32, device="cuda") for _ in range(2))
     fp_len = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
-    return (q, codes, meta, meta, codes, meta, meta, fp_k, fp_v, hist_len, fp_len, starts, starts), \
-        QuantSpec(bits=2, group=d)
+    return (q, *no_history * 2, fp_k, fp_v, hist_len, fp_len, starts, starts), spec
 
 
 def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape):

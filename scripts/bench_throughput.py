@@ -7,17 +7,16 @@
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
 
-The model is built from the real config with random bf16 weights (speed does not depend on the
-values). The cache is filled with synthetic K/V written through each quantizer's write path (the
-Triton quantize-pack kernel on CUDA) rather than by a prefill; BF16 uses transformers' own
-DynamicCache and SDPA (what users already have), bf16_static its StaticCache; `bf16+graph` is BF16 on the
-harness's own engine (the identity quantizer: every row in the frozen cache's full-precision buffer, the
-same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the ratio against it compares
-caches, not engines); the other rows run the harness seam and its decode kernel. Reported per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured
-from allocated memory, the physical floor of the step (weight bytes + the cache's bytes, read once, at the
-copy bandwidth measured in the same run: GPU.md) and the fraction of it reached, and the largest batch that
-fits --budget-gb at that context.
-With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown table is printed last.
+The model is built from the real config with random bf16 weights (speed does not depend on the values). The cache is
+filled with synthetic K/V written through each quantizer's write path (the Triton quantize-pack kernel on CUDA)
+rather than by a prefill; BF16 uses transformers' own DynamicCache and SDPA (what users already have), bf16_static
+its StaticCache; `bf16+graph` is BF16 on the harness's own engine (the identity quantizer: every row in the frozen
+cache's full-precision buffer, the same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the
+ratio against it compares caches, not engines); the other rows run the harness seam and its decode kernel. Reported
+per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
+of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
+and the fraction of it reached, and the largest batch that fits --budget-gb at that context. With $OUT set, the rows
+also go to $OUT/bench_throughput.json. A Markdown table is printed last.
 """
 from __future__ import annotations
 

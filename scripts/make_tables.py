@@ -3,18 +3,18 @@
     python scripts/make_tables.py                                  # results/ -> results/tables/
     python scripts/make_tables.py --results outputs/debug_results --out /tmp/tables
 
-Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md and <name>.tex
-(booktabs), plus bench.md with every results/bench/*.md verbatim. Only status=ok rows count; seeds
-are averaged; cells that were not run print as "–". For the default store (results/ into
-results/tables) it also rewrites the README's headline table between its markers; every run refreshes the
-generated tables that README.md and docs/*.md include (report/includes.py). The logic lives in
-report/tables.py; tests/test_committed_tables.py fails when a committed table differs from a rebuild.
-Rows that ran from a modified tree (git_sha ...-dirty) are refused unless --allow-dirty; the tables then
-say how many cells did. It also writes the paper's tables (paper_main, paper_aime_int2, paper_ruler,
-paper_ablation; report/paper_tables.py): the paper's value (results/paper/oscar_paper.yaml) beside ours and the
-difference, and paper_throughput (report/paper_throughput.py): the paper's throughput speedups beside each
-bench_throughput.py run's JSON in results/bench. Random-weight dry runs (model "...@random" or run.weights == "random") are left out of every table
-unless --dry-runs, which shows them marked, never as results.
+Writes main, ruler_niah_by_ctx, ruler_niah_variants and fidelity as <name>.md and <name>.tex (booktabs), plus
+bench.md with every results/bench/*.md verbatim. Only status=ok rows count; seeds are averaged; cells that were not
+run print as "–". For the default store (results/ into results/tables) it also rewrites the README's headline table
+between its markers; every run refreshes the generated tables that README.md and docs/*.md include
+(report/includes.py). The logic lives in report/tables.py; tests/test_committed_tables.py fails when a committed
+table differs from a rebuild. Rows that ran from a modified tree (git_sha ...-dirty) are refused unless
+--allow-dirty; the tables then say how many cells did. It also writes the paper's tables (paper_main,
+paper_aime_int2, paper_ruler, paper_ablation; report/paper_tables.py): the paper's value
+(results/paper/oscar_paper.yaml) beside ours and the difference, and paper_throughput (report/paper_throughput.py):
+the paper's throughput speedups beside each bench_throughput.py run's JSON in results/bench. Random-weight dry runs
+(model "...@random" or run.weights == "random") are left out of every table unless --dry-runs, which shows them
+marked, never as results.
 """
 from __future__ import annotations
 

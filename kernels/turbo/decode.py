@@ -6,10 +6,10 @@ returns what `attention_reference` gives over baselines/turboquant_format.py's d
 Stage 1 (this module's kernel) runs kernels/decode's program layout: history splits here, fp-segment splits
 through kernels/decode's `_fp_program`; stage 2 is kernels/decode's log-sum-exp merge (`run_split_k`).
 
-Per BLOCK_N-token history tile, each coordinate's code is cut from its token row's bytes with shifts
-(coordinate d sits at bits 3d .. 3d+2 of the row: the byte holding bit 3d, and the next one where the code
-crosses it; 2- and 4-bit codes never do). Keys never materialise: the tile holds their centroids (a select over the 2^b-entry table, loaded
-once per program), and the per-token factor norm / |centroids| (norm correction) is folded around the dot,
+Per BLOCK_N-token history tile, each coordinate's code is cut from its token row's bytes with shifts (coordinate d
+sits at bits 3d .. 3d+2 of the row: the byte holding bit 3d, and the next one where the code crosses it; 2- and
+4-bit codes never do). Keys never materialise: the tile holds their centroids (a select over the 2^b-entry table,
+loaded once per program), and the per-token factor norm / |centroids| (norm correction) is folded around the dot,
     q.k_n = (norm_n / |c_n|) * (q . c_n).
 Values keep their codes and fold scale and zero as the INT2 kernel does:
     sum_n p_n v_n = sum_n (p_n s_n) c_n - sum_n p_n s_n z_n.
