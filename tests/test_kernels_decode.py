@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
-                            default_config)
+                            default_config, uses_token_pairs)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -114,6 +114,31 @@ def test_warp_tiles_match_reference(name):
     cfg = DecodeConfig(block_n=64, block_f=32, num_stages=1, warp_tiles=True)
     out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("batch, group, q_tokens, n_hist, num_splits", [(3, 3, 1, 1000, 3), (2, 8, 1, 301, None),
+                                                                       (2, 3, 4, 517, 2), (1, 1, 1, 33, None)])
+def test_token_pairs_match_reference(batch, group, q_tokens, n_hist, num_splits):
+    """Head_dim 64 at 2 bits reads two tokens per 32-byte row (kernels/decode/pairs.py): odd history starts and
+    ends (left padding), split boundaries inside a pair, 16-row programs (GQA 3 x T_q 4) and a history shorter
+    than one tile all match the reference."""
+    args, kw = make_inputs(batch, 2 * group, 2, q_tokens, 64, n_hist, 21, INT2[64], INT2[64], seed=n_hist)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True)
+    assert uses_token_pairs(cfg, args[1], args[4], INT2[64], INT2[64], 64)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_token_pairs_only_for_contiguous_16_byte_tokens():
+    """Pairs need both caches at 16 bytes per token, stored back to back, and >= 16 pair rows per warp."""
+    cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True)
+    codes64 = torch.zeros(1, 2, 10, 16, dtype=torch.uint8)
+    codes128 = torch.zeros(1, 2, 10, 32, dtype=torch.uint8)
+    assert uses_token_pairs(cfg, codes64, codes64, INT2[64], INT2[64], 64)
+    assert not uses_token_pairs(cfg, codes128, codes128, INT2[128], INT2[128], 128)
+    assert not uses_token_pairs(cfg, codes128[..., :16], codes64, INT2[64], INT2[64], 64)   # strided rows
+    assert not uses_token_pairs(replace(cfg, block_n=64), codes64, codes64, INT2[64], INT2[64], 64)
+    assert not uses_token_pairs(replace(cfg, token_pairs=False), codes64, codes64, INT2[64], INT2[64], 64)
 
 
 @pytest.mark.parametrize("head_dim, group, small_grid", [(256, 4, False), (256, 4, True), (128, 16, False),

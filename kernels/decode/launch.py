@@ -29,6 +29,7 @@ class DecodeConfig:
     asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
     merge_block: int = 16     # splits merged per iteration of stage 2
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
+    token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -118,6 +119,15 @@ def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, hea
     return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and single_group_layouts(k_spec, v_spec, head_dim)
 
 
+def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Tensor, k_spec: QuantSpec,
+                     v_spec: QuantSpec, head_dim: int) -> bool:
+    """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
+    (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K)."""
+    narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
+    return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
+            and uses_warp_tiles(cfg, k_spec, v_spec, head_dim))
+
+
 def check_launch(q, tensors, fp_k, fp_v) -> None:
     """What any stage-1 kernel needs of its inputs (`tensors`, q among them): a supported head_dim, at most
     MAX_ROWS query rows per KV head, one device, contiguous last dims, fp_k / fp_v of one layout."""
@@ -194,6 +204,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim),
                                    group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
+    token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = WARP_TILE_ROWS if warp_tiles and group * q_tokens <= WARP_TILE_ROWS else ROW_BLOCK
 
     def stage1(grid, part_o, part_lse, hist_splits, fp_splits):
@@ -206,8 +217,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
             K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
-            WARP_TILES=warp_tiles, WARPS=cfg.num_warps, BLOCK_R=row_block, BLOCK_N=cfg.block_n,
-            BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps,
+            WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
+            BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1)

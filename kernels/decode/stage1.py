@@ -7,6 +7,7 @@ import triton.language as tl
 from kernels.decode.common import _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.packed import _history_split, _history_warp_tiles
+from kernels.decode.pairs import _history_warp_pairs
 
 
 @triton.jit
@@ -20,7 +21,7 @@ def _decode_stage1_kernel(
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
-    WARP_TILES: tl.constexpr, WARPS: tl.constexpr,
+    WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr,
 ):
@@ -31,7 +32,11 @@ def _decode_stage1_kernel(
                                    n_hist_splits, BLOCK_N)
         kc, vc = kc_ptr + b * stride_kcb + h * stride_kch, vc_ptr + b * stride_vcb + h * stride_vch
         k_meta, v_meta = b * stride_ksb + h * stride_ksh, b * stride_vsb + h * stride_vsh
-        if WARP_TILES:
+        if TOKEN_PAIRS:
+            _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
+                                vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
+                                part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, BLOCK_N, WARPS, FP16, ASM_UNPACK)
+        elif WARP_TILES:
             _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                 vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
                                 stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,

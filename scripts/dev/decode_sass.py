@@ -60,6 +60,7 @@ def compile_stage1(cfg: DecodeConfig):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
     constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
                       V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, WARP_TILES=cfg.warp_tiles,
+                      TOKEN_PAIRS=cfg.warp_tiles and cfg.token_pairs and HEAD_DIM * BITS // 8 == 16,
                       WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if cfg.warp_tiles else ROW_BLOCK,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
     scalars = runtime_arguments()

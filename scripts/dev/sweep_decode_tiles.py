@@ -7,6 +7,7 @@ reference (a wrong unpack shows as a large error).
 
     python scripts/dev/sweep_decode_tiles.py                      # Qwen3-8B attention (group 4, head_dim 128)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --grid pairs   # token pairs (pairs.py)
 
 A variant that fails to compile or launch (e.g. too much shared memory) is printed with its error.
 """
@@ -35,6 +36,9 @@ GRIDS = {
     "d64": [{}, {"warp_tiles": False, "block_n": 128, "maxnreg": None}, {"warp_tiles": False, "block_n": 256},
             {"block_n": 128, "maxnreg": None}, {"block_n": 512, "num_warps": 8, "maxnreg": None},
             {"maxnreg": None, "num_stages": 4}, {"programs_per_sm": 2}],
+    "pairs": [{}, {"token_pairs": False}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None},
+              {"block_n": 512, "num_warps": 8, "maxnreg": None}, {"num_stages": 4, "maxnreg": None},
+              {"num_stages": 2}, {"programs_per_sm": 4}],
     "d256": [{}, {"warp_tiles": True, "block_n": 128, "num_warps": 4},
              {"warp_tiles": True, "block_n": 128, "num_warps": 8},
              {"warp_tiles": True, "block_n": 256, "num_warps": 8},

@@ -1,0 +1,169 @@
+"""Warp tiles over token PAIRS, for head dims whose packed token is 16 bytes (head_dim 64 at 2 bits).
+
+A 16-byte row is too narrow for the compiler's pipelined path: Triton loads [tokens, 16] code tiles into registers
+without cp.async and moves every unpacked fp16 value into the MMA layout through shared memory (256 STS.U16 + 256
+LDS.U16 per 256-token tile, scripts/dev/decode_sass.py), which held head_dim 64 at ~10 % of copy bandwidth. Two
+consecutive tokens of a contiguous history are one 32-byte row (byte b of pair row r belongs to token
+2r + b // KB, the layout head_dim 128 loads at 72-100 % of copy), so this loop reads pair rows and keeps the
+pairs apart in the dots themselves:
+
+    S2 [PR, 2R]  = sum_f field_f(K pairs) [PR, 2KB] @ Q2_f [2KB, 2R],  Q2_f = [[q_f^T, 0], [0, q_f^T]]
+    O2_f [2VB, 2R] += field_f(V pairs)^T [2VB, PR] @ P2' [PR, 2R]
+
+Column c of S2 is query row c % R against the token of parity c // R of every pair; each column keeps its own
+online-softmax stream (as each warp does), so the loop never mixes the two parities. O2_f's diagonal blocks
+(bytes of parity p against columns of parity p) are the wanted sums; the off-diagonal blocks are discarded
+after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
+from kernels.decode.packed import _field, _query_fields
+
+
+@triton.jit
+def _block_diagonal(x, KB: tl.constexpr, R: tl.constexpr):
+    """x [KB, R] -> [[x, 0], [0, x]] as [2KB, 2R] (row b, column c: x[b % KB, c % R] where b // KB == c // R)."""
+    tiled = tl.reshape(tl.broadcast_to(x[None, :, None, :], (2, KB, 2, R)), (2 * KB, 2 * R))
+    same = (tl.arange(0, 2 * KB) // KB)[:, None] == (tl.arange(0, 2 * R) // R)[None, :]
+    return tl.where(same, tiled, 0.0)
+
+
+@triton.jit
+def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n):
+    """(scale, zero) of both tokens of every pair row: four [..., 1] tensors s_even, z_even, s_odd, z_odd (fp32)."""
+    even = 2 * tl.expand_dims(pairs, -1)
+    s_e = tl.load(s_ptr + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+    z_e = tl.load(z_ptr + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+    s_o = tl.load(s_ptr + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+    z_o = tl.load(z_ptr + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+    return s_e, z_e, s_o, z_o
+
+
+@triton.jit
+def _fold_key_meta(qk, q_sum2, meta, R: tl.constexpr):
+    """Raw pair scores [W, PR, 2R] (TINY fields) -> s * (q.c * 2^24 - z * sum(q)) with each column's token's
+    (scale, zero). Both parities are computed on the whole tile and selected: the [W, PR, 1] metadata then
+    meets the dot's result directly and no [W, PR, 2R] tensor changes layout."""
+    s_e, z_e, s_o, z_o = meta
+    odd = (tl.arange(0, 2 * R) >= R)[None, None, :]                                  # [1, 1, 2R]
+    base = qk * TINY_SCALE
+    q_sum2 = q_sum2[None, None, :]
+    return tl.where(odd, (base - q_sum2 * z_o) * s_o, (base - q_sum2 * z_e) * s_e)
+
+
+@triton.jit
+def _scale_probs(p, meta, R: tl.constexpr):
+    """p [W, PR, 2R] -> (p * scale, p * scale * zero) with each column's token's value (scale, zero)."""
+    s_e, z_e, s_o, z_o = meta
+    odd = (tl.arange(0, 2 * R) >= R)[None, None, :]
+    pv = tl.where(odd, p * s_o, p * s_e)
+    return pv, tl.where(odd, pv * z_o, pv * z_e)
+
+
+@triton.jit
+def _unpair_streams(x, W: tl.constexpr, R: tl.constexpr):
+    """[W, 2R] per-(warp, parity) stream values -> [2W, R] (stream w * 2 + parity)."""
+    return tl.reshape(x, (2 * W, R))
+
+
+@triton.jit
+def _diagonal_blocks(acc, W: tl.constexpr, VB: tl.constexpr, R: tl.constexpr):
+    """O2 [W, 2VB, 2R] -> [2W, VB, R]: the parity-p bytes against the parity-p columns, stream w * 2 + p."""
+    blocks = tl.reshape(acc, (W, 2, VB, 2, R))                                        # [W, p_byte, VB, p_col, R]
+    same = (tl.arange(0, 2)[:, None] == tl.arange(0, 2)[None, :])[None, :, None, :, None]
+    diag = tl.sum(tl.where(same, blocks, 0.0), axis=1)                                # [W, VB, p_col, R]
+    return tl.reshape(tl.permute(diag, (0, 2, 1, 3)), (2 * W, VB, R))
+
+
+@triton.jit
+def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                        start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                        D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
+                        WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """`_history_warp_tiles` over pair rows of a history whose codes are contiguous (token stride = bytes per
+    token): tokens [start, end) of one KV head, BLOCK_N tokens (BLOCK_N / 2 pair rows) per tile, one sub-tile of
+    pair rows per warp. Stores o and lse like the other history loops."""
+    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    KP: tl.constexpr = 8 // K_BITS
+    VP: tl.constexpr = 8 // V_BITS
+    KB: tl.constexpr = D // KP
+    VB: tl.constexpr = D // VP
+    PR: tl.constexpr = BLOCK_N // 2                                                  # pair rows per tile
+    PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp
+    R: tl.constexpr = row_ok.shape[0]
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    q2 = ()
+    for f in tl.static_range(KP):
+        q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(qf[f]), KB, R).to(dtype)[None, :, :],
+                                   (WARPS, 2 * KB, 2 * R)),)                           # [WARPS, 2KB, 2R]
+    q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
+    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
+    m_i = tl.full((WARPS, 2 * R), float("-inf"), tl.float32)
+    l_i = tl.zeros((WARPS, 2 * R), tl.float32)
+    pz_sum = tl.zeros((WARPS, 2 * R), tl.float32)                                    # sum P' * zero
+    acc = ()
+    for f in tl.static_range(VP):
+        acc = acc + (tl.zeros((WARPS, 2 * VB, 2 * R), tl.float32),)                  # [WARPS, 2VB, 2R] per field
+    sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
+    kb = tl.arange(0, 2 * KB)
+    vb = tl.arange(0, 2 * VB)
+    first = start // 2
+    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn)                # [WARPS, PW, 4]
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn)
+    for p0 in range(first, tl.cdiv(end, 2), PR):
+        pairs = p0 + sub                                                             # [WARPS, PW]
+        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn)            # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn)
+        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
+        packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
+                         other=0)                                                    # [WARPS, PW, 2KB]
+        for f in tl.static_range(KP - 1, -1, -1):
+            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            if f == KP - 1:
+                qk = tl.dot(k, q2[f])
+            else:
+                qk = tl.dot(k, q2[f], qk)                                            # [WARPS, PW, 2R]
+        qk = _fold_key_meta(qk, q_sum2, k_meta, R)
+        token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
+        qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)                                                # [WARPS, 2R]
+        p = tl.exp2(qk - m_safe[:, None, :])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
+        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
+                         other=0)                                                    # [WARPS, 2VB, PW]
+        pv, pvz = _scale_probs(p, v_meta, R)                                         # [WARPS, PW, 2R] each
+        pz_sum = pz_sum * alpha + tl.sum(pvz, axis=1)
+        pv = pv.to(dtype)
+        new_acc = ()
+        for f in tl.static_range(VP):
+            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                     # [WARPS, 2VB, PW]
+            new_acc = new_acc + (tl.dot(v, pv, acc[f] * alpha[:, None, :]),)
+        acc = new_acc
+        k_meta, v_meta = k_next, v_next
+    _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, WARPS, R, VB)
+
+
+@triton.jit
+def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
+                        V_BITS: tl.constexpr, W: tl.constexpr, R: tl.constexpr, VB: tl.constexpr):
+    """Merge the 2 * W (warp, parity) softmax streams of each query row; store the normalized o and the lse."""
+    m_s = _unpair_streams(m_i, W, R)                                                 # [2W, R]
+    m = tl.max(m_s, axis=0)                                                          # [R]
+    weight = tl.exp2(m_s - tl.where(m == float("-inf"), 0.0, m)[None, :])            # [2W, R]
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(_unpair_streams(l_i, W, R) * weight, axis=0))
+    pz = tl.sum(_unpair_streams(pz_sum, W, R) * weight, axis=0)                      # [R]
+    vb = tl.arange(0, VB)
+    VP: tl.constexpr = 8 // V_BITS
+    for f in tl.static_range(VP):
+        streams = _diagonal_blocks(acc[f], W, VB, R)                                 # [2W, VB, R]
+        out = tl.sum(streams * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
+        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
+                 mask=row_ok[None, :])
