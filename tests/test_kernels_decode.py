@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
-                            default_config, uses_token_pairs)
+                            default_config, per_token_layouts, uses_token_pairs, uses_warp_tiles)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -116,6 +116,32 @@ def test_warp_tiles_match_reference(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+GROUPED = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits): several (scale, zero) per token
+    "oscar-gemma-d256-g128": (2, 4, 1, 1, 256, 700, 19, QuantSpec(bits=2, group=128), QuantSpec(bits=2, group=128), 2),
+    "int2-d128-g32-k-single-v": (2, 8, 2, 1, 128, 301, 9, QuantSpec(bits=2, group=32), INT2[128], None),
+    "int4-d256-g128-tq3": (1, 8, 2, 3, 256, 260, 12, QuantSpec(bits=4, group=128), QuantSpec(bits=4, group=128), 3),
+}
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_token_layouts_take_warp_tiles_and_match_reference(name):
+    """Token groups that cover whole fields (OSCAR's group 128 at head_dim 256: fields 0-1 and 2-3) run on warp
+    tiles, each group's (scale, zero) folded around its own fields' dots, and match the reference."""
+    *shape, num_splits = GROUPED[name]
+    args, kw = make_inputs(*shape)
+    cfg = DecodeConfig(block_n=64, block_f=32, num_stages=1, warp_tiles=True)
+    assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], shape[4])
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_groups_narrower_than_a_field_take_the_row_major_loop():
+    """INT2 groups of 16 at head_dim 128 split a 32-coordinate field: not a per-token layout for warp tiles."""
+    assert not per_token_layouts(QuantSpec(bits=2, group=16), INT2[128], 128)
+    assert not per_token_layouts(INT2[128], QuantSpec(bits=2, group=32, axis="channel"), 128)
+    assert per_token_layouts(QuantSpec(bits=2, group=32), QuantSpec(bits=4, group=64), 128)
+
+
 @pytest.mark.parametrize("batch, group, q_tokens, n_hist, num_splits", [(3, 3, 1, 1000, 3), (2, 8, 1, 301, None),
                                                                        (2, 3, 4, 517, 2), (1, 1, 1, 33, None)])
 def test_token_pairs_match_reference(batch, group, q_tokens, n_hist, num_splits):
@@ -158,7 +184,7 @@ def test_per_shape_defaults_pick_the_swept_tiles():
     assert wide.warp_tiles and wide.block_n == 128 and wide.num_warps == 4
     assert default_config(128, on_gpu=True, rows=16).maxnreg is None
     assert default_config(128, on_gpu=True, rows=8).maxnreg == 168
-    assert not default_config(256, on_gpu=True, single_group=False).warp_tiles
+    assert not default_config(256, on_gpu=True, per_token=False).warp_tiles
 
 
 ASM_CASES = {f"asm-int{bits}-d{d}-n1001": (2, 8, 2, 1, d, 1001, 13, spec[d], spec[d], None)
@@ -172,7 +198,8 @@ def test_asm_unpack_matches_reference_on_gpu(name):
     """The GPU default tiles with the inline-PTX unpack: every layout of CASES, INT2/INT4 at each head dim."""
     *shape, num_splits = {**CASES, **ASM_CASES}[name]
     args, kw = make_inputs(*shape)
-    cfg = replace(default_config(shape[4], on_gpu=True), asm_unpack=True)
+    cfg = replace(default_config(shape[4], on_gpu=True, per_token=per_token_layouts(*shape[7:], shape[4])),
+                  asm_unpack=True)
     out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
@@ -185,7 +212,8 @@ def test_gpu_tiles_match_reference(name, warp_tiles):
     """The GPU default tiles with and without warp tiles (other layouts fall back to the row-major path)."""
     *shape, num_splits = {**CASES, **ASM_CASES}[name]
     args, kw = make_inputs(*shape)
-    cfg = replace(default_config(shape[4], on_gpu=True), warp_tiles=warp_tiles)
+    cfg = replace(default_config(shape[4], on_gpu=True, per_token=per_token_layouts(*shape[7:], shape[4])),
+                  warp_tiles=warp_tiles)
     out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 

@@ -1,4 +1,4 @@
-"""Triton decode attention (package: common, packed, pairs, fp_segment, stage1, merge, launch, reference) over a packed low-bit history plus a full-precision segment.
+"""Triton decode attention (package: common, packed, warp_tiles, pairs, fp_segment, stage1, merge, launch, reference) over a packed low-bit history plus a full-precision segment.
 
 Two launches (flash-decoding):
 * stage 1, grid `(S_hist + S_fp, B * H_kv, row blocks)`: program (s, b*H_kv + h, r) owns query rows
@@ -32,12 +32,13 @@ under TRITON_INTERPRET everything is fp32 and matches `decode_attention_referenc
 from kernels.decode.common import (CHANNEL, FIELD_EXACT, FIELD_TINY, HEAD_DIMS, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN,
                                    TOKEN_GROUPED, WARP_TILE_ROWS)
 from kernels.decode.launch import (DecodeConfig, decode_attention, default_config, is_small_grid,
-                                   single_group_layouts, uses_token_pairs, uses_warp_tiles)
+                                   per_token_layouts, single_group_layouts, uses_token_pairs,
+                                   uses_warp_tiles)
 from kernels.decode.packed import _field_ptx
 from kernels.decode.reference import check_decode_inputs, decode_attention_reference
 from kernels.decode.stage1 import _decode_stage1_kernel
 
 __all__ = ["CHANNEL", "FIELD_EXACT", "FIELD_TINY", "HEAD_DIMS", "LOG2E", "MAX_ROWS", "ROW_BLOCK", "TOKEN",
            "TOKEN_GROUPED", "WARP_TILE_ROWS", "DecodeConfig", "decode_attention", "default_config", "is_small_grid",
-           "single_group_layouts", "uses_token_pairs", "uses_warp_tiles", "_field_ptx", "check_decode_inputs",
-           "decode_attention_reference", "_decode_stage1_kernel"]
+           "per_token_layouts", "single_group_layouts", "uses_token_pairs", "uses_warp_tiles", "_field_ptx",
+           "check_decode_inputs", "decode_attention_reference", "_decode_stage1_kernel"]

@@ -38,7 +38,7 @@ def is_small_grid(units: int, sms: int) -> bool:
     return units <= sms // 8
 
 
-def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single_group: bool = True,
+def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_token: bool = True,
                    rows: int = WARP_TILE_ROWS) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
 
@@ -46,10 +46,11 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single
     the H100 (results/bench/sweep_decode_shapes.md, 8 KV heads, batch 8 / 32k and 32 / 100k): at head_dim 256
     warp tiles of 128 tokens, 4 warps and 3 stages moved 53 % and 76 % of the copy bandwidth where the
     row-major 64-token tile moved 27 % and 30 %; with 16 rows (group 16) dropping the 168-register cap took
-    25 % / 36 % to 33 % / 48 %. Head_dim 64 stays near 10 % in every variant swept (known_limits.md).
+    25 % / 36 % to 33 % / 48 %. Head_dim 64 at 2 bits reads token pairs with the same tiles (`uses_token_pairs`:
+    10 % -> 48 % of copy at 32 / 100k, sweep_decode_shapes.md).
 
-    single_group: both K and V are single-group token layouts (`single_group_layouts`), the ones warp tiles
-    serve. Other layouts (KIVI's per-channel keys, grouped INT4) take the row-major loop, whose large-grid tile
+    per_token: both K and V are per-token layouts of whole-field groups (`per_token_layouts`), the ones warp tiles
+    serve. Other layouts (KIVI's per-channel keys, token groups narrower than a field) take the row-major loop, whose large-grid tile
     stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline buffers need
     323 KB of shared memory at head_dim 128 (H100: 227 KB).
 
@@ -66,16 +67,16 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, single
     """
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
-    if head_dim > 128 and single_group:
+    if head_dim > 128 and per_token:
         return DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
-    if rows > WARP_TILE_ROWS and not small_grid and single_group:
+    if rows > WARP_TILE_ROWS and not small_grid and per_token:
         return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
                             programs_per_sm=4, warp_tiles=True)
-    if not single_group:
+    if not per_token:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
     return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
                         warp_tiles=True)
@@ -109,23 +110,35 @@ def _layout(spec: QuantSpec, head_dim: int) -> int:
 
 
 def single_group_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
-    """K and V both hold one (scale, zero) per token and head: the layouts warp tiles serve."""
+    """K and V both hold one (scale, zero) per token and head."""
     return _layout(k_spec, head_dim) == TOKEN == _layout(v_spec, head_dim)
 
 
+def _whole_field_groups(spec: QuantSpec, head_dim: int) -> bool:
+    """A token-axis layout whose (scale, zero) groups each cover whole fields (D * bits / 8 coordinates)."""
+    return spec.axis == "token" and spec.group % (head_dim * spec.container_bits // 8) == 0
+
+
+def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """K and V both hold per-token (scale, zero) groups of whole fields: the layouts warp tiles serve (the
+    single-group layout, and e.g. two groups of 128 at head_dim 256 and 2 bits)."""
+    return _whole_field_groups(k_spec, head_dim) and _whole_field_groups(v_spec, head_dim)
+
+
 def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
-    """DecodeConfig.warp_tiles applies to single-group token layouts with >= 16 tokens per warp and tile (the
-    MMA's M for the scores, its K for the values); other launches take the row-major history loop."""
-    return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and single_group_layouts(k_spec, v_spec, head_dim)
+    """DecodeConfig.warp_tiles applies to per-token layouts with >= 16 tokens per warp and tile (the MMA's M for
+    the scores, its K for the values); other launches take the row-major history loop."""
+    return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and per_token_layouts(k_spec, v_spec, head_dim)
 
 
 def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Tensor, k_spec: QuantSpec,
                      v_spec: QuantSpec, head_dim: int) -> bool:
     """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
-    (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K)."""
+    (head_dim 64 at 2 bits) stored back to back with one (scale, zero) per token, and each warp owns >= 16 pair
+    rows (the MMA's M and K)."""
     narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
     return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
-            and uses_warp_tiles(cfg, k_spec, v_spec, head_dim))
+            and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and single_group_layouts(k_spec, v_spec, head_dim))
 
 
 def check_launch(q, tensors, fp_k, fp_v) -> None:
@@ -201,7 +214,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
-    cfg = config or default_config(head_dim, on_gpu, small_grid, single_group_layouts(k_spec, v_spec, head_dim),
+    cfg = config or default_config(head_dim, on_gpu, small_grid, per_token_layouts(k_spec, v_spec, head_dim),
                                    group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)

@@ -1,6 +1,6 @@
 """Stage 1 over the packed low-bit history: field unpack (FIELD_TINY / FIELD_EXACT, optional inline PTX),
-per-token metadata, scores and value accumulation, and the two history loops (`_history_split`, row-major
-tiles; `_history_warp_tiles`, one token sub-tile per warp). See kernels/decode/__init__.py for the scheme."""
+per-token metadata, scores and value accumulation, and the row-major history loop (`_history_split`; the warp-tile
+loops are in warp_tiles.py and pairs.py). See kernels/decode/__init__.py for the scheme."""
 from __future__ import annotations
 
 import triton
@@ -211,84 +211,3 @@ def _history_split(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_p
         out = acc[f] * ((TINY_SCALE if V_LAYOUT == 0 else 1.0) / (1 << (f * V_BITS))) - pz_sum[:, None]
         tl.store(part_o_ptr + slot[:, None] * D + f * NB + nb[None, :], out / l_safe[:, None],
                  mask=row_ok[:, None])
-
-
-@triton.jit
-def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
-                        start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
-                        D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
-    """`_history_split` for the single-group token layout with each tile cut into WARPS token sub-tiles, one per
-    warp (the batch dim of 3-D dots), so that no value crosses warps inside the loop. Per sub-tile:
-        S^T = sum_f K_f [BLOCK_W, KB] @ q_f^T [KB, R]     (tokens are the MMA's M: no padded query rows)
-        O_f^T += V_f^T [VB, BLOCK_W] @ P'^T [BLOCK_W, R]  (P' = softmax weights x value scale, fp16)
-    with a [WARPS, R] running max / sum per sub-tile stream, merged across warps once after the loop. Both
-    accumulators keep the query rows as the MMA's N, so the running max's rescale needs no data movement, and the
-    value codes are loaded transposed ([VB, BLOCK_W] pointers) so that they stay in the cp.async pipeline. The
-    fields are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the scales.
-    Each tile's per-token (scale, zero) pairs are loaded one tile ahead.
-    """
-    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
-    KP: tl.constexpr = 8 // K_BITS
-    VP: tl.constexpr = 8 // V_BITS
-    KB: tl.constexpr = D // KP
-    VB: tl.constexpr = D // VP
-    BLOCK_W: tl.constexpr = BLOCK_N // WARPS
-    R: tl.constexpr = row_ok.shape[0]
-    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
-    q_t = ()
-    for f in tl.static_range(KP):
-        q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
-    m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
-    l_i = tl.zeros((WARPS, R), tl.float32)
-    pz_sum = tl.zeros((WARPS, R), tl.float32)                                       # sum P' * zero
-    acc = ()
-    for f in tl.static_range(VP):
-        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)                          # [WARPS, VB, R] per field
-    sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
-    kb = tl.arange(0, KB)
-    vb = tl.arange(0, VB)
-    k_meta = _load_token_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn)  # [WARPS, BLOCK_W, 2]
-    v_meta = _load_token_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn)
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + sub
-        mask_n = offs_n < end
-        # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
-        k_next = _load_token_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn)
-        v_next = _load_token_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn)
-        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=mask_n[:, :, None],
-                         other=0)                                                   # [WARPS, BLOCK_W, KB]
-        for f in tl.static_range(KP - 1, -1, -1):
-            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
-            if f == KP - 1:
-                qk = tl.dot(k, q_t[f])
-            else:
-                qk = tl.dot(k, q_t[f], qk)                                          # [WARPS, BLOCK_W, R]
-        s, z = _split_meta(k_meta)                                                  # [WARPS, BLOCK_W]
-        qk = (qk * TINY_SCALE - q_sum[None, None, :] * z[:, :, None]) * s[:, :, None]
-        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)                                               # [WARPS, R]
-        p = tl.exp2(qk - m_safe[:, None, :])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
-        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=mask_n[:, None, :],
-                         other=0)                                                   # [WARPS, VB, BLOCK_W]
-        s, z = _split_meta(v_meta)
-        pv = (p * s[:, :, None]).to(dtype)                                          # [WARPS, BLOCK_W, R]
-        pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
-        new_acc = ()
-        for f in tl.static_range(VP):
-            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                    # [WARPS, VB, BLOCK_W]
-            new_acc = new_acc + (tl.dot(v, pv, acc[f] * alpha[:, None, :]),)
-        acc = new_acc
-        k_meta, v_meta = k_next, v_next
-    m = tl.max(m_i, axis=0)                                                         # [R]
-    weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
-    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
-    pz = tl.sum(pz_sum * weight, axis=0)
-    for f in tl.static_range(VP):
-        out = tl.sum(acc[f] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
-        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
-                 mask=row_ok[None, :])

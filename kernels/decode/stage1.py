@@ -6,8 +6,9 @@ import triton.language as tl
 
 from kernels.decode.common import _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
-from kernels.decode.packed import _history_split, _history_warp_tiles
+from kernels.decode.packed import _history_split
 from kernels.decode.pairs import _history_warp_pairs
+from kernels.decode.warp_tiles import _history_warp_tiles
 
 
 @triton.jit
@@ -40,7 +41,7 @@ def _decode_stage1_kernel(
             _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                 vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
                                 stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
-                                BLOCK_N, WARPS, FP16, ASM_UNPACK)
+                                K_GROUP, V_GROUP, BLOCK_N, WARPS, FP16, ASM_UNPACK)
         else:
             _history_split(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                            vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,

@@ -1,0 +1,135 @@
+"""The warp-tile history loop (`DecodeConfig.warp_tiles`) for per-token layouts: one or more (scale, zero) groups per
+token, each covering whole fields (a group of 128 at head_dim 256 and 2 bits: fields 0-1 and 2-3)."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
+from kernels.decode.packed import _field, _load_token_meta, _query_fields, _split_meta
+
+
+@triton.jit
+def _group_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n, GROUPS: tl.constexpr):
+    """Per-token (scale, zero) of each of the GROUPS groups of tokens offs_n: a tuple of [..., 2] tensors."""
+    metas = ()
+    for g in tl.static_range(GROUPS):
+        metas = metas + (_load_token_meta(s_ptr + g, z_ptr + g, offs_n, mask_n, stride_n),)
+    return metas
+
+
+@triton.jit
+def _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D: tl.constexpr, GROUPS: tl.constexpr,
+                      FP16: tl.constexpr):
+    """sum(q * qk_scale) over each group's coordinates, rounded to the dot dtype first as `_query_fields` rounds
+    the dot's operands: a tuple of [R]. One group: (q_sum,) as `_query_fields` returned it."""
+    if GROUPS == 1:
+        return (q_sum,)
+    WIDTH: tl.constexpr = D // GROUPS
+    sums = ()
+    for g in tl.static_range(GROUPS):
+        c = g * WIDTH + tl.arange(0, WIDTH)
+        x = tl.load(q_ptr + q_rows[:, None] + c[None, :], mask=row_ok[:, None], other=0.0)
+        x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)   # [R, WIDTH]
+        sums = sums + (tl.sum(x.to(tl.float32), axis=1),)
+    return sums
+
+
+@triton.jit
+def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                        start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                        D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
+                        V_GROUP: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr, FP16: tl.constexpr,
+                        ASM: tl.constexpr):
+    """`_history_split` for per-token layouts with each tile cut into WARPS token sub-tiles, one per warp (the batch
+    dim of 3-D dots), so that no value crosses warps inside the loop. Per sub-tile:
+        S^T = sum_g s_g * (sum_{f in g} K_f [BLOCK_W, KB] @ q_f^T [KB, R] - z_g * sum(q_g))   (tokens: the MMA's M)
+        O_f^T += V_f^T [VB, BLOCK_W] @ P'_g^T [BLOCK_W, R]   (P'_g = softmax weights x group g's value scale, fp16)
+    with a [WARPS, R] running max / sum per sub-tile stream, merged across warps once after the loop. Both
+    accumulators keep the query rows as the MMA's N, so the running max's rescale needs no data movement, and the
+    value codes are loaded transposed ([VB, BLOCK_W] pointers) so that they stay in the cp.async pipeline. The
+    fields are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the scales.
+    Each tile's per-token (scale, zero) pairs are loaded one tile ahead. K_GROUP / V_GROUP: coordinates per
+    (scale, zero) group, a multiple of the field width D * bits / 8 (D: one group, the single-group layout).
+    """
+    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    KP: tl.constexpr = 8 // K_BITS
+    VP: tl.constexpr = 8 // V_BITS
+    KB: tl.constexpr = D // KP
+    VB: tl.constexpr = D // VP
+    KG: tl.constexpr = D // K_GROUP                                                 # groups per token
+    VG: tl.constexpr = D // V_GROUP
+    K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
+    V_FIELDS: tl.constexpr = VP // VG
+    BLOCK_W: tl.constexpr = BLOCK_N // WARPS
+    R: tl.constexpr = row_ok.shape[0]
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    q_sums = _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D, KG, FP16)
+    q_t = ()
+    for f in tl.static_range(KP):
+        q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
+    m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
+    l_i = tl.zeros((WARPS, R), tl.float32)
+    pz_sum = ()                                                                     # sum P'_g * zero_g per group
+    for g in tl.static_range(VG):
+        pz_sum = pz_sum + (tl.zeros((WARPS, R), tl.float32),)
+    acc = ()
+    for f in tl.static_range(VP):
+        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)                          # [WARPS, VB, R] per field
+    sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
+    kb = tl.arange(0, KB)
+    vb = tl.arange(0, VB)
+    k_meta = _group_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn, KG)  # [WARPS, BLOCK_W, 2] each
+    v_meta = _group_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn, VG)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + sub
+        mask_n = offs_n < end
+        # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
+        k_next = _group_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn, KG)
+        v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
+        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=mask_n[:, :, None],
+                         other=0)                                                   # [WARPS, BLOCK_W, KB]
+        for g in tl.static_range(KG):
+            for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
+                k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+                if f == g * K_FIELDS + K_FIELDS - 1:
+                    dots = tl.dot(k, q_t[f])
+                else:
+                    dots = tl.dot(k, q_t[f], dots)                                  # [WARPS, BLOCK_W, R]
+            s, z = _split_meta(k_meta[g])                                           # [WARPS, BLOCK_W]
+            scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
+            if g == 0:
+                qk = scores
+            else:
+                qk = qk + scores
+        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)                                               # [WARPS, R]
+        p = tl.exp2(qk - m_safe[:, None, :])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=mask_n[:, None, :],
+                         other=0)                                                   # [WARPS, VB, BLOCK_W]
+        pv = ()
+        new_pz = ()
+        for g in tl.static_range(VG):
+            s, z = _split_meta(v_meta[g])
+            pv_g = (p * s[:, :, None]).to(dtype)                                    # [WARPS, BLOCK_W, R]
+            pv = pv + (pv_g,)
+            new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
+        pz_sum = new_pz
+        new_acc = ()
+        for f in tl.static_range(VP):
+            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                    # [WARPS, VB, BLOCK_W]
+            new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
+        acc = new_acc
+        k_meta, v_meta = k_next, v_next
+    m = tl.max(m_i, axis=0)                                                         # [R]
+    weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
+    for f in tl.static_range(VP):
+        pz = tl.sum(pz_sum[f // V_FIELDS] * weight, axis=0)                         # [R]
+        out = tl.sum(acc[f] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
+        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
+                 mask=row_ok[None, :])

@@ -1,0 +1,145 @@
+"""Decode attention of every stored format on its own kernels (GPU): INT2, INT4, KIVI-2, TurboQuant K3V3 beside BF16.
+
+    python scripts/bench_formats.py                                        # 3 attention shapes x 3 points
+    python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
+
+Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
+`kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
+group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2 KIVI's per-channel keys (groups of 32 tokens) with per-token
+value groups of 32, turboquant_k3v3 vLLM's 3-bit tight rows with an fp16 key norm. The history is random stored
+parts of the format's shapes (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent
+segment of 64 + 256 rows as bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2
+(bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the same run. "of copy" divides the bytes the call
+must move (every stored part, the BF16 segment, q and out) by the device-to-device copy bandwidth measured in the
+run. Correctness of each kernel against its reference is the GPU run of the kernel tests (tests/test_kernels_decode.py,
+tests/test_turboquant_kernels.py with TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to
+$OUT/bench_formats.json; the Markdown table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, graph_ms,  # noqa: E402
+                           sdpa_call)
+from harness.quantizer import build_quantizer  # noqa: E402
+
+FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3"}
+
+
+def random_parts(ops, shape: list[int], spec) -> tuple[torch.Tensor, ...]:
+    """(codes, scale, zero) of the format's stored shapes: random code bytes, positive fp metadata."""
+    parts = []
+    for name, (size, dtype) in ops.part_shapes(shape, spec).items():
+        if dtype == torch.uint8:
+            parts.append(torch.randint(0, 256, size, dtype=dtype, device="cuda"))
+        else:
+            parts.append((torch.rand(size, device="cuda") * 0.2 + 0.05).to(dtype))
+    return tuple(parts)
+
+
+def stored_format(fmt: str, head_dim: int):
+    """(quantizer resolved for head_dim, its kernels) of one format."""
+    quantizer = build_quantizer(FORMATS[fmt])
+    quantizer._resolve(head_dim)
+    return quantizer, quantizer.kernel_ops()
+
+
+def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
+    """Bytes one decode call must move: every stored part of K and V, the BF16 segment, q and out."""
+    quantizer, ops = stored_format(fmt, shape.head_dim)
+    hist = [batch, shape.kv_heads, ctx - SINK - RECENT, shape.head_dim]
+    stored = sum(torch.Size(size).numel() * dtype.itemsize for spec in (quantizer.key_spec, quantizer.value_spec)
+                 for size, dtype in ops.part_shapes(hist, spec).values())
+    fp_segment = 2 * batch * shape.kv_heads * (SINK + RECENT) * shape.head_dim * 2
+    return stored + fp_segment + 2 * batch * shape.q_heads * shape.head_dim * 2
+
+
+def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape):
+    """A zero-argument decode call of one format on fresh random stored parts of one point."""
+    quantizer, ops = stored_format(fmt, shape.head_dim)
+    d, heads, n_hist = shape.head_dim, shape.kv_heads, ctx - SINK - RECENT
+    k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec)
+    v_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.value_spec)
+    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    hist_len = torch.full((batch,), n_hist, dtype=torch.int32, device="cuda")
+    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
+    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    args = (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
+    spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
+    return lambda: ops.decode_attention(*args, **spec_kw)
+
+
+def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy_tbs: float) -> list[dict]:
+    """Rows of one (shape, batch, ctx): BF16 SDPA first, then each format with its speedup over it."""
+    base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "batch": batch, "ctx": ctx}
+    bf16 = bf16_bytes(batch, ctx, shape)
+    sdpa_ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), bf16)
+    rows = [{**base, "format": "bf16 (SDPA)", "ms": sdpa_ms, "of_copy": bf16 / sdpa_ms / 1e9 / copy_tbs,
+             "vs_sdpa": 1.0}]
+    for fmt in formats:
+        try:
+            nbytes = format_bytes(fmt, batch, ctx, shape)
+            ms = graph_ms(lambda _, fmt=fmt: format_call(fmt, batch, ctx, shape), nbytes)
+        except Exception as exc:                                   # noqa: BLE001 (a format may not launch here)
+            torch.cuda.empty_cache()
+            rows.append({**base, "format": fmt, "error": str(exc).splitlines()[0][:100]})
+            continue
+        rows.append({**base, "format": fmt, "ms": ms, "of_copy": nbytes / ms / 1e9 / copy_tbs,
+                     "vs_sdpa": sdpa_ms / ms})
+    return rows
+
+
+def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
+    lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
+             f"(read + write); {KV_HEADS} KV heads, one query token.", "",
+             "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        key = f"| {r['head_dim']} | {r['group']} | {r['batch']} | {r['ctx']} | {r['format']} |"
+        if "error" in r:
+            lines.append(f"{key} failed: {r['error']} | | |")
+        else:
+            lines.append(f"{key} {r['ms']:.3f} | {r['of_copy']:.0%} | {r['vs_sdpa']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", default="64,128,256")
+    parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
+    parser.add_argument("--points", default="1:32768,8:32768,32:102400", help="batch:ctx,...")
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_formats.py needs a CUDA GPU.")
+    formats = args.formats.split(",")
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise SystemExit(f"Unknown format(s) {unknown}; known: {', '.join(FORMATS)}.")
+    copy_tbs = copy_bandwidth()
+    rows = []
+    for d in (int(v) for v in args.head_dims.split(",")):
+        shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d)
+        for point in args.points.split(","):
+            batch, ctx = (int(v) for v in point.split(":"))
+            rows += bench_point(shape, batch, ctx, formats, copy_tbs)
+            print("rows:", json.dumps(rows[-len(formats) - 1:]), flush=True)
+    device = torch.cuda.get_device_name()
+    if os.environ.get("OUT"):
+        payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
+                   "copy_tbs": copy_tbs, "rows": rows}
+        Path(os.environ["OUT"], "bench_formats.json").write_text(json.dumps(payload, indent=1))
+    print(markdown(device, copy_tbs, rows))
+
+
+if __name__ == "__main__":
+    main()
