@@ -199,17 +199,17 @@ def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None,
 
 
 def check_write_variants(tiles: tuple, clip_methods: tuple) -> list[str]:
-    """Every benchmarked clip method and tile against the reference on the GPU (bf16 rows, with and without a
-    rotation, ties included); returns failure messages."""
+    """Every benchmarked clip method and tile against the reference on the GPU (random bf16 rows; quarter-integer
+    rows, full of ties, also through a +-1 Hadamard, where x @ R is exact); returns failure messages."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     hadamard = torch.tensor([[1.0]], device="cuda")
     while hadamard.shape[0] < HEAD_DIM:
         hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
-    x = torch.randn(2, KV_HEADS, 200, HEAD_DIM, device="cuda", generator=gen).bfloat16()
-    x[0, 0] = torch.randint(-4, 5, (200, HEAD_DIM), device="cuda", generator=gen).bfloat16() / 4   # ties in |x|
+    noise = torch.randn(2, KV_HEADS, 200, HEAD_DIM, device="cuda", generator=gen).bfloat16()
+    quarters = torch.randint(-4, 5, noise.shape, device="cuda", generator=gen).bfloat16() / 4  # ties; x @ R exact
     failures = []
-    for rot in (None, hadamard.bfloat16()):
+    for x, rot in ((noise, None), (quarters, None), (quarters, hadamard.bfloat16())):
         ref = quantize_pack_reference(x, spec, rot)
         for (block_t, warps), method in [(t, m) for t in tiles for m in clip_methods]:
             got = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps, clip_method=method)
