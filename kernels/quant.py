@@ -24,9 +24,11 @@ from kernels.format import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD
 
 HEAD_DIMS = (64, 128, 256)
 SCALE_KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+SPARE_LOW_BITS = {torch.float32: 0, torch.float16: 13, torch.bfloat16: 16}  # zero low bits of the value as fp32
 ASYMMETRIC, SYMMETRIC, LLOYD_MAX = 0, 1, 2
 MAX_CHANNEL_GROUP = 128
-MAX_TOP_BY_EXTRACTION = tl.constexpr(16)  # clip by repeated argmax up to this many values above tau
+MAX_TOP_BY_DESCENT = 16  # the default clip descends (TOP-1 passes) up to this TOP, then selects by radix
+CLIP_METHODS = ("extract", "radix", "descend", "distinct")  # how `_clip_rows` finds tau (CLIP_METHOD: the index)
 
 _FLOOR = tl.constexpr(RANGE_FLOOR)
 _LM_THRESHOLD = tl.constexpr(LLOYD_MAX_THRESHOLD)
@@ -141,30 +143,103 @@ def _rotate(x_rows, r_ptr, row_ok, cols, D: tl.constexpr, ROT_BLOCK: tl.constexp
 
 
 @triton.jit
-def _clip_rows(x, CLIP_INDEX: tl.constexpr):
-    """Clamp each row to [-tau, tau], tau = sort_ascending(|x|)[clip_index], exactly.
+def _tau_by_extraction(mag, CLIP_INDEX: tl.constexpr):
+    """tau of each row [BLOCK_T, 1]: remove the TOP-1 largest |x| one at a time (an argmax each), then the max."""
+    TOP: tl.constexpr = mag.shape[1] - CLIP_INDEX
+    cols = tl.arange(0, mag.shape[1])
+    for _ in tl.static_range(TOP - 1):
+        top = tl.argmax(mag, axis=1, tie_break_left=True)                         # [BLOCK_T]
+        mag = tl.where(cols[None, :] == top[:, None], -1.0, mag)
+    return tl.max(mag, axis=1)[:, None]                                           # [BLOCK_T, 1]
 
-    tau is the TOP-th largest |x| (TOP = D - CLIP_INDEX). For small TOP (the OSCAR ratios keep
-    5-11 values above tau) it is found by removing the TOP-1 largest entries one at a time;
-    otherwise by a radix select: for non-negative floats the int32 bit pattern is monotone, so tau's
-    pattern is the largest v with #{|x| < v} <= CLIP_INDEX, built greedily from the high bit.
+
+@triton.jit
+def _tau_by_radix(mag, CLIP_INDEX: tl.constexpr):
+    """tau of each row [BLOCK_T, 1] by a radix select: for non-negative floats the int32 bit pattern is monotone,
+    so tau's pattern is the largest v with #{|x| < v} <= CLIP_INDEX, built greedily from the high bit."""
+    bits = mag.to(tl.int32, bitcast=True)                                         # [BLOCK_T, D]
+    tau_bits = tl.zeros((mag.shape[0],), tl.int32)
+    for bit in tl.static_range(30, -1, -1):
+        trial = tau_bits | (1 << bit)
+        below = tl.sum((bits < trial[:, None]).to(tl.int32), axis=1)
+        tau_bits = tl.where(below <= CLIP_INDEX, trial, tau_bits)
+    return tau_bits.to(tl.float32, bitcast=True)[:, None]                         # [BLOCK_T, 1]
+
+
+@triton.jit
+def _descend_counting(bits, CLIP_INDEX: tl.constexpr):
+    """tau's int32 pattern of each row [BLOCK_T] from |x|'s patterns [BLOCK_T, D], descending through the distinct
+    values from the max, TOP-1 steps.
+
+    On the int32 patterns of non-negative floats (monotone), gap = v - level as uint32 is >= 2^31 exactly where
+    v < level, so one pass over the row gives both #{v < level} (the gaps' top bits) and the next distinct value
+    below level (level + the largest gap). The descent stops, and level stays, once #{v >= level} >= TOP: then
+    level is the TOP-th largest with its ties counted. Three integer operations per value and step.
     """
-    TOP: tl.constexpr = x.shape[1] - CLIP_INDEX
-    mag = tl.abs(x)                                                               # [BLOCK_T, D]
-    if TOP <= MAX_TOP_BY_EXTRACTION:
-        cols = tl.arange(0, x.shape[1])
-        for _ in tl.static_range(TOP - 1):
-            top = tl.argmax(mag, axis=1, tie_break_left=True)                     # [BLOCK_T]
-            mag = tl.where(cols[None, :] == top[:, None], -1.0, mag)
-        tau = tl.max(mag, axis=1)[:, None]                                        # [BLOCK_T, 1]
+    TOP: tl.constexpr = bits.shape[1] - CLIP_INDEX
+    level = tl.max(bits, axis=1)                                                  # [BLOCK_T]
+    for _ in tl.static_range(TOP - 1):
+        gap = (bits - level[:, None]).to(tl.uint32, bitcast=True)                 # [BLOCK_T, D]
+        below = tl.sum((gap >> 31).to(tl.int32), axis=1)                          # [BLOCK_T]
+        lower = level + tl.max(gap, axis=1).to(tl.int32, bitcast=True)
+        level = tl.where(below > CLIP_INDEX, lower, level)
+    return level
+
+
+@triton.jit
+def _descend_distinct(keys, STEPS: tl.constexpr):
+    """The key STEPS distinct keys below the max of each row [BLOCK_T], from non-negative int32 keys
+    [BLOCK_T, D]: level + the largest uint32 gap (key - level) is the next key below level (as in
+    `_descend_counting`, without the count). Two integer operations per key and step."""
+    level = tl.max(keys, axis=1)                                                  # [BLOCK_T]
+    for _ in tl.static_range(STEPS):
+        gap = (keys - level[:, None]).to(tl.uint32, bitcast=True)                 # [BLOCK_T, D]
+        level = level + tl.max(gap, axis=1).to(tl.int32, bitcast=True)
+    return level
+
+
+@triton.jit
+def _tau_by_descent(mag, CLIP_INDEX: tl.constexpr):
+    """tau of each row [BLOCK_T, 1] by `_descend_counting` (exact with any ties)."""
+    level = _descend_counting(mag.to(tl.int32, bitcast=True), CLIP_INDEX)
+    return level.to(tl.float32, bitcast=True)[:, None]                            # [BLOCK_T, 1]
+
+
+@triton.jit
+def _tau_by_distinct_descent(mag, CLIP_INDEX: tl.constexpr, SPARE_BITS: tl.constexpr):
+    """tau of each row [BLOCK_T, 1] by `_descend_distinct`, which is the TOP-th largest when no two values tie.
+
+    With 2^SPARE_BITS >= D (|x| came from 16-bit floats, whose fp32 patterns end in SPARE_BITS zero bits) the
+    column index fills those bits, so no two keys tie and tau is the key with them cleared. Otherwise a row whose
+    TOP largest values hold a tie has more than TOP values >= the result; a tile with such a row is redone by
+    `_descend_counting`.
+    """
+    TOP: tl.constexpr = mag.shape[1] - CLIP_INDEX
+    bits = mag.to(tl.int32, bitcast=True)                                         # [BLOCK_T, D]
+    if (1 << SPARE_BITS) >= mag.shape[1]:
+        cols = tl.arange(0, mag.shape[1])
+        level = _descend_distinct(bits | cols[None, :], TOP - 1) & -(1 << SPARE_BITS)
     else:
-        bits = mag.to(tl.int32, bitcast=True)
-        tau_bits = tl.zeros((x.shape[0],), tl.int32)
-        for bit in tl.static_range(30, -1, -1):
-            trial = tau_bits | (1 << bit)
-            below = tl.sum((bits < trial[:, None]).to(tl.int32), axis=1)
-            tau_bits = tl.where(below <= CLIP_INDEX, trial, tau_bits)
-        tau = tau_bits.to(tl.float32, bitcast=True)[:, None]
+        level = _descend_distinct(bits, TOP - 1)
+        at_least = tl.sum((bits >= level[:, None]).to(tl.int32), axis=1)          # [BLOCK_T]
+        if tl.max(at_least, axis=0) > TOP:
+            level = _descend_counting(bits, CLIP_INDEX)
+    return level.to(tl.float32, bitcast=True)[:, None]                            # [BLOCK_T, 1]
+
+
+@triton.jit
+def _clip_rows(x, CLIP_INDEX: tl.constexpr, CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr):
+    """Clamp each row to [-tau, tau], tau = sort_ascending(|x|)[clip_index] (the TOP-th largest |x|, TOP =
+    D - CLIP_INDEX), exactly; CLIP_METHOD indexes CLIP_METHODS (how tau is found, never what it is)."""
+    mag = tl.abs(x)                                                               # [BLOCK_T, D]
+    if CLIP_METHOD == 0:
+        tau = _tau_by_extraction(mag, CLIP_INDEX)
+    elif CLIP_METHOD == 1:
+        tau = _tau_by_radix(mag, CLIP_INDEX)
+    elif CLIP_METHOD == 2:
+        tau = _tau_by_descent(mag, CLIP_INDEX)
+    else:
+        tau = _tau_by_distinct_descent(mag, CLIP_INDEX, SPARE_BITS)
     return tl.minimum(tl.maximum(x, -tau), tau)
 
 
@@ -184,6 +259,7 @@ def _quantize_pack_kernel(
     stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
     D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
+    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
     ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
     BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
@@ -198,7 +274,7 @@ def _quantize_pack_kernel(
     else:
         x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
-        x = _clip_rows(x, CLIP_INDEX)
+        x = _clip_rows(x, CLIP_INDEX, CLIP_METHOD, SPARE_BITS)
 
     if CHANNEL:
         g = x                                                                    # [G, D]: one token group
@@ -289,22 +365,61 @@ def _variant(spec: QuantSpec) -> int:
 
 
 def default_write_tile(head_dim: int, spec: QuantSpec, rotate: bool) -> tuple[int, int]:
-    """(block_t, num_warps) of a launch. Token axis: one warp per program, 1,024 elements without a rotation
-    and 2,048 with one (its tl.dot needs 16 rows). H100, [16, 8, 4096, 128] bf16 (bench_kernels.py
-    --write-tiles): 8x1 against the former 16 rows x 4 warps: INT2 0.0807 vs 0.0886 ms, INT4 g32 0.0757 vs 0.0813,
-    clip 0.262 vs 0.267; with clip and rotation 16x1 0.302 vs 0.339. Channel axis (KIVI keys): one token group."""
+    """(block_t, num_warps) of a launch. Token axis without a rotation: one warp per program, 1,024 elements. H100,
+    [16, 8, 4096, 128] bf16 (bench_kernels.py --write-tiles): 8x1 against the former 16 rows x 4 warps: INT2 0.0807
+    vs 0.0886 ms, INT4 g32 0.0757 vs 0.0813, clip 0.262 vs 0.267. With a rotation, 64 rows x 4 warps (the dot
+    becomes one warpgroup MMA and R is staged once per 64 rows, not per 16): offline SASS (scripts/dev/write_sass.py,
+    INT2 g128) 84 instructions per row against 117 at 16x1 without a clip, 165 against 202 with the descent clip;
+    on the H100 16x1 was 0.302 ms with the former extraction clip. Channel axis (KIVI keys): one token group."""
     if spec.axis == "channel":
         return spec.group, 4
-    return (max(16, 2048 // head_dim) if rotate else max(8, 1024 // head_dim)), 1
+    return (64, 4) if rotate else (max(8, 1024 // head_dim), 1)
+
+
+def clip_index(head_dim: int, spec: QuantSpec) -> int:
+    """Position of tau in the ascending |x| of a row (`kernels.format.clip_rows`); 0 without a clip."""
+    if spec.clip_ratio is None:
+        return 0
+    return min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1)
+
+
+def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool) -> str:
+    """How `_clip_rows` finds tau by default: while few values lie above it (the OSCAR ratios keep 5-11), the
+    distinct descent with column keys where the values have spare low bits (16-bit x, no rotation), else the
+    counting descent; the radix select beyond MAX_TOP_BY_DESCENT. Offline SASS, INT2 g128 clip 0.96 at the
+    default tiles (scripts/dev/write_sass.py): 224 instructions per row against 358 by extraction without a
+    rotation, 202 against 256 with one."""
+    if head_dim - clip_index(head_dim, spec) > MAX_TOP_BY_DESCENT:
+        return "radix"
+    return "distinct" if not rotate and SPARE_LOW_BITS[x_dtype] else "descend"
+
+
+def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool, rotation_fp32: bool,
+                     interpret: bool, block_t: int | None = None, clip_method: str | None = None) -> dict:
+    """The constexpr arguments of `_quantize_pack_kernel` for one launch (block_t None: `default_write_tile`;
+    a channel-axis program is always one token group)."""
+    clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype, rotate)
+    if clip_method not in CLIP_METHODS:
+        raise ValueError(f"clip_method must be one of {CLIP_METHODS}, got {clip_method!r}.")
+    return dict(D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
+                CHANNEL=spec.axis == "channel", VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None,
+                CLIP_INDEX=clip_index(head_dim, spec), CLIP_METHOD=CLIP_METHODS.index(clip_method),
+                SPARE_BITS=0 if rotate else SPARE_LOW_BITS[x_dtype],
+                ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=32,
+                SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype],
+                BLOCK_T=(spec.group if spec.axis == "channel"
+                         else block_t or default_write_tile(head_dim, spec, rotate)[0]),
+                FAST_DIV=not interpret)
 
 
 def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None,
-                  block_t: int | None = None, num_warps: int | None = None):
+                  block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None):
     """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
 
     codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
     `out=(codes, scale, zero)` writes into preallocated (possibly strided) views, e.g. cache slices.
-    block_t (token axis, a power of two) and num_warps override `default_write_tile` (benchmarks).
+    block_t (token axis, a power of two) and num_warps override `default_write_tile`, clip_method (one of
+    CLIP_METHODS) `default_clip_method`: benchmark knobs that never change the result.
     """
     _check_inputs(x, spec, rotation)
     codes, scale, zero = _allocate_or_check(x, spec, out)
@@ -317,22 +432,17 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
     c3, s3, z3 = _as_3d(codes, "codes"), _as_3d(scale, "scale"), _as_3d(zero, "zero")
     if x3.shape[0] == 0 or tokens == 0:
         return codes, scale, zero
-    channel = spec.axis == "channel"
-    default_t, default_warps = default_write_tile(head_dim, spec, rotation is not None)
-    block_t = default_t if channel else block_t or default_t      # a channel-axis program is one token group
-    num_warps = num_warps or default_warps
+    num_warps = num_warps or default_write_tile(head_dim, spec, rotation is not None)[1]
     interpret = interpreter_forced() or not x.is_cuda
     rot = rotation.contiguous() if rotation is not None else x3
-    clip_index = min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1) if spec.clip_ratio is not None else 0
+    constants = launch_constants(head_dim, spec, x.dtype, rotate=rotation is not None,
+                                 rotation_fp32=rot.dtype == torch.float32, interpret=interpret, block_t=block_t,
+                                 clip_method=clip_method)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
-    grid = (triton.cdiv(tokens, block_t), x3.shape[0])
+    grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
     _quantize_pack_kernel[grid](
         x3, rot, c3, s3, z3, tokens, lm_factor,
         x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
-        D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
-        CHANNEL=channel, VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None, CLIP_INDEX=clip_index,
-        ROTATE=rotation is not None, ROT_FP32=interpret or rot.dtype == torch.float32, ROT_BLOCK=32,
-        SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t, FAST_DIV=not interpret,
-        num_warps=num_warps, enable_fp_fusion=False,
+        **constants, num_warps=num_warps, enable_fp_fusion=False,
     )
     return codes, scale, zero

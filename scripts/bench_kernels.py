@@ -167,22 +167,27 @@ def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) 
     return batch * shape.kv_heads * per_head + 2 * batch * shape.q_heads * d * 2
 
 
-def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),)) -> list[dict]:
+def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),),
+                clip_methods: tuple = (None,)) -> list[dict]:
     """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation;
-    each with every (block_t, num_warps) of `tiles` (None: the default tile)."""
+    each with every (block_t, num_warps) of `tiles` (None: the default tile), the clipped ones also with every
+    method of `clip_methods` (None: `kernels.quant.default_clip_method`)."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
     rows = []
     variants = (("int2", QuantSpec(bits=2, group=128), None),
                 ("int2 clip", QuantSpec(bits=2, group=128, clip_ratio=0.96), None),
                 ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
                 ("int4 g32", QuantSpec(bits=4, group=32), None))
-    for (label, spec, rot), (block_t, warps) in [(v, t) for v in variants for t in tiles]:
-        label = label if block_t is None else f"{label} block_t={block_t} warps={warps}"
+    points = [(v, t, m) for v in variants for m in (clip_methods if v[1].clip_ratio else (None,)) for t in tiles]
+    for (label, spec, rot), (block_t, warps), method in points:
+        label += "" if method is None else f" {method}"
+        label += "" if block_t is None else f" block_t={block_t} warps={warps}"
 
-        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps):
+        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps, method=method):
             x = torch.randn(batch, KV_HEADS, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            out = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps)
-            return lambda: quantize_pack(x, spec, rot, out=out, block_t=block_t, num_warps=warps)
+            kw = dict(block_t=block_t, num_warps=warps, clip_method=method)
+            out = quantize_pack(x, spec, rot, **kw)
+            return lambda: quantize_pack(x, spec, rot, out=out, **kw)
 
         x_bytes = batch * KV_HEADS * tokens * HEAD_DIM * 2
         nbytes = x_bytes + x_bytes * spec.container_bits // 16 + batch * KV_HEADS * tokens * 4 * (HEAD_DIM // spec.group)
@@ -191,6 +196,27 @@ def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None,
         rows.append({"what": label, "shape": [batch, KV_HEADS, tokens, HEAD_DIM], "ms": ms, "tbs": tbs,
                      "of_copy": tbs / copy_tbs})
     return rows
+
+
+def check_write_variants(tiles: tuple, clip_methods: tuple) -> list[str]:
+    """Every benchmarked clip method and tile against the reference on the GPU (random bf16 rows; quarter-integer
+    rows, full of ties, also through a +-1 Hadamard, where x @ R is exact); returns failure messages."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    hadamard = torch.tensor([[1.0]], device="cuda")
+    while hadamard.shape[0] < HEAD_DIM:
+        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    noise = torch.randn(2, KV_HEADS, 200, HEAD_DIM, device="cuda", generator=gen).bfloat16()
+    quarters = torch.randint(-4, 5, noise.shape, device="cuda", generator=gen).bfloat16() / 4  # ties; x @ R exact
+    failures = []
+    for x, rot in ((noise, None), (quarters, None), (quarters, hadamard.bfloat16())):
+        ref = quantize_pack_reference(x, spec, rot)
+        for (block_t, warps), method in [(t, m) for t in tiles for m in clip_methods]:
+            got = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps, clip_method=method)
+            if not all(torch.equal(a, b) for a, b in zip(got, ref)):
+                failures.append(f"quantize_pack clip {method} block_t={block_t} warps={warps} "
+                                f"rotation={rot is not None}: not bit-exact")
+    return failures
 
 
 def _random_cache(batch, kv_heads, n_hist, head_dim, spec, gen):
@@ -236,10 +262,11 @@ def check_correctness() -> list[str]:
 def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: list[dict]) -> str:
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
              f"(read + write); decode tiles {default_config(HEAD_DIM, True)}; at batch 1-2 "
-             f"(kernels.decode.is_small_grid) {default_config(HEAD_DIM, True, small_grid=True)}.", "",
-             "| batch | ctx | BF16 SDPA ms | INT2 ms | INT2 TB/s | INT2 of copy | INT2 speedup | "
-             "INT4 ms | INT4 TB/s | INT4 of copy | INT4 speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"(kernels.decode.is_small_grid) {default_config(HEAD_DIM, True, small_grid=True)}.", ""]
+    if decode_rows:
+        lines += ["| batch | ctx | BF16 SDPA ms | INT2 ms | INT2 TB/s | INT2 of copy | INT2 speedup | "
+                  "INT4 ms | INT4 TB/s | INT4 of copy | INT4 speedup |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in decode_rows:
         lines.append(f"| {r['batch']} | {r['ctx']} | {r['bf16_ms']:.3f} | {r['int2_ms']:.3f} | {r['int2_tbs']:.2f} | "
                      f"{r['int2_of_copy']:.0%} | {r['int2_speedup']:.2f}x | {r['int4_ms']:.3f} | {r['int4_tbs']:.2f} | "
@@ -255,20 +282,26 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
     parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
     parser.add_argument("--write-tiles", default="", help="extra write-path tiles, e.g. 32x4,64x8 (block_t x warps)")
+    parser.add_argument("--clip-methods", default="",
+                        help="write-path clip methods to compare, e.g. extract,descend,distinct (CLIP_METHODS)")
+    parser.add_argument("--write-only", action="store_true", help="skip the decode points (write path only)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU.")
     device = torch.cuda.get_device_name()
-    failures = [] if args.skip_check else check_correctness()
+    tiles = ((None, None), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
+    clip_methods = tuple(args.clip_methods.split(",")) if args.clip_methods else (None,)
+    failures = [] if args.skip_check else check_write_variants(tiles, clip_methods)
+    failures += [] if args.skip_check or args.write_only else check_correctness()
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth(256 << 20 if args.quick else 2 << 30)
-    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    shapes = [] if args.write_only else QUICK_SHAPES if args.quick else FULL_SHAPES
     decode_rows = []
     for batch, ctx in shapes:
         decode_rows.append(bench_decode_point(batch, ctx, copy_tbs))
         print(decode_rows[-1], flush=True)
-    tiles = ((None, None), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
-    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else bench_write(4096, 16, copy_tbs, tiles))
+    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else
+                                                   bench_write(4096, 16, copy_tbs, tiles, clip_methods))
     table = markdown(device, copy_tbs, decode_rows, write_rows)
     if os.environ.get("OUT"):
         payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,

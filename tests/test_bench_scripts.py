@@ -125,3 +125,16 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     barriers = {key: sum(n for op, n in ops.items() if op.startswith("BAR.SYNC")) for key, ops in shared.items()}
     assert 0 < barriers["warp tiles", "False"] < barriers["row-major", "False"]  # fewer block barriers per tile
     assert shared["warp tiles", "False"]["LDS.U8"] == 64  # the value codes' byte gathers (README, Known limits)
+
+
+def test_write_sass_counts_the_clip_and_the_descent_issues_fewer_instructions_than_extraction():
+    """scripts/dev/write_sass.py compiles the write kernel for sm_90a offline: no GPU needed."""
+    proc = subprocess.run([sys.executable, "scripts/dev/write_sass.py", "--methods", "no clip,extract,descend"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith(("| none", "| bf16"))]
+    per_row = {(row[0].strip(), row[1].strip()): int(row[6]) for row in rows}
+    spills = {(row[0].strip(), row[1].strip()): int(row[4]) for row in rows}
+    for rotation in ("none", "bf16"):
+        assert per_row[rotation, "no clip"] < per_row[rotation, "descend"] < per_row[rotation, "extract"]
+        assert spills[rotation, "descend"] == 0

@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.dispatch import interpreter_forced  # noqa: E402
-from kernels.quant import quantize_pack  # noqa: E402
+from kernels.quant import CLIP_METHODS, default_clip_method, quantize_pack  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
@@ -157,3 +157,65 @@ def test_metadata_edge_cases_match_reference(spec):
     huge = torch.randn(1, 2, 5, 128, generator=gen) * 1e6
     x = torch.cat([flat, huge], dim=2)
     _assert_identical(quantize_pack(x.to(DEVICE), spec), quantize_pack_reference(x, spec))
+
+
+def _tie_heavy_rows(tokens, head_dim, gen):
+    """Rows of small integer multiples of 1/4 (so |x| ties everywhere, also at tau), a row of one value, a row of
+    zeros, a row whose largest |x| repeats (+-), and rows where every value above tau is one repeated value."""
+    x = torch.randint(-6, 7, (2, tokens, head_dim), generator=gen).float() / 4
+    x[0, 0] = 1.5
+    x[0, 1] = 0.0
+    x[0, 2, ::3] = -2.0
+    x[0, 2, 1::3] = 2.0
+    x[1, 0] = torch.linspace(-1, 1, head_dim)
+    x[1, 0, :20] = 3.0
+    x[1, 1, 5:9] = -7.0
+    return x
+
+
+@pytest.mark.parametrize("method", CLIP_METHODS)
+@pytest.mark.parametrize("spec, head_dim", [(QuantSpec(bits=2, group=128, clip_ratio=0.96), 128),
+                                            (QuantSpec(bits=2, group=128, clip_ratio=0.92), 128),
+                                            (QuantSpec(bits=4, group=32, clip_ratio=0.9, scale_dtype="bfloat16"), 64),
+                                            (QuantSpec(bits=2, group=64, clip_ratio=0.96, symmetric=True), 256)],
+                         ids=lambda v: str(v) if isinstance(v, int) else f"int{v.bits}-g{v.group}-clip{v.clip_ratio}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_every_clip_method_bit_identical_with_ties_and_masked_tails(method, spec, head_dim, dtype):
+    """Each clip method (a launch knob) gives the reference's codes, scales and zeros, on random rows and on rows
+    full of ties in |x| (at tau and above it), with a tail tile whose rows are masked (tokens not a multiple of
+    block_t), for fp32 and for 16-bit inputs (whose spare low bits the distinct descent fills with the column)."""
+    gen = torch.Generator().manual_seed(head_dim + len(method))
+    tokens = 11
+    x = torch.cat([torch.randn(2, tokens, head_dim, generator=gen) * 3, _tie_heavy_rows(tokens, head_dim, gen)])
+    x = x.to(dtype)
+    got = quantize_pack(x.to(DEVICE), spec, block_t=8, num_warps=1, clip_method=method)
+    _assert_identical(got, quantize_pack_reference(x, spec))
+
+
+@pytest.mark.parametrize("method", CLIP_METHODS)
+def test_every_clip_method_bit_identical_after_an_exact_rotation(method):
+    """With a +-1 Hadamard and dyadic inputs x @ R is exact, and its rows tie often (the distinct descent must
+    find the tie and fall back to counting): codes as the reference's, at a 16-row tile with masked rows."""
+    hadamard = torch.ones(1, 1)
+    while hadamard.shape[0] < 64:
+        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randint(-3, 4, (3, 21, 64), generator=gen).float() / 2
+    x[0, :4] = torch.randn(4, 64, generator=gen).round()                         # many equal |x @ R| per row
+    spec = QuantSpec(bits=2, group=64, clip_ratio=0.92)
+    got = quantize_pack(x.to(DEVICE), spec, hadamard.to(DEVICE), block_t=16, num_warps=1, clip_method=method)
+    _assert_identical(got, quantize_pack_reference(x, spec, hadamard))
+
+
+def test_default_clip_method_by_top_input_dtype_and_rotation():
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    assert default_clip_method(128, spec, torch.bfloat16, rotate=False) == "distinct"
+    assert default_clip_method(128, spec, torch.bfloat16, rotate=True) == "descend"
+    assert default_clip_method(128, spec, torch.float32, rotate=False) == "descend"
+    assert default_clip_method(128, QuantSpec(bits=3, group=64, clip_ratio=0.5), torch.bfloat16, False) == "radix"
+
+
+def test_unknown_clip_method_raises():
+    with pytest.raises(ValueError, match="clip_method"):
+        quantize_pack(torch.randn(4, 64, device=DEVICE), QuantSpec(bits=2, group=64, clip_ratio=0.9),
+                      clip_method="sort")
