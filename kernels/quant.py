@@ -364,16 +364,20 @@ def _variant(spec: QuantSpec) -> int:
     return LLOYD_MAX if spec.lloyd_max else SYMMETRIC if spec.symmetric else ASYMMETRIC
 
 
-def default_write_tile(head_dim: int, spec: QuantSpec, rotate: bool) -> tuple[int, int]:
+def default_write_tile(head_dim: int, spec: QuantSpec, rotate: bool, tokens: int | None = None) -> tuple[int, int]:
     """(block_t, num_warps) of a launch. Token axis without a rotation: one warp per program, 1,024 elements. H100,
     [16, 8, 4096, 128] bf16 (bench_kernels.py --write-tiles): 8x1 against the former 16 rows x 4 warps: INT2 0.0807
     vs 0.0886 ms, INT4 g32 0.0757 vs 0.0813, clip 0.262 vs 0.267. With a rotation, 64 rows x 4 warps (the dot
     becomes one warpgroup MMA and R is staged once per 64 rows, not per 16): offline SASS (scripts/dev/write_sass.py,
     INT2 g128) 84 instructions per row against 117 at 16x1 without a clip, 165 against 202 with the descent clip;
-    on the H100 16x1 was 0.302 ms with the former extraction clip. Channel axis (KIVI keys): one token group."""
+    on the H100 16x1 was 0.302 ms with the former extraction clip. Fewer than 64 rows per (sequence, head), a decode
+    step's write (tokens: rows per program row), keep 16 x 1: a 64-row tile would compute 63 masked rows per token.
+    Channel axis (KIVI keys): one token group."""
     if spec.axis == "channel":
         return spec.group, 4
-    return (64, 4) if rotate else (max(8, 1024 // head_dim), 1)
+    if rotate:
+        return (64, 4) if tokens is None or tokens >= 64 else (16, 1)
+    return max(8, 1024 // head_dim), 1
 
 
 def clip_index(head_dim: int, spec: QuantSpec) -> int:
@@ -395,9 +399,10 @@ def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, ro
 
 
 def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool, rotation_fp32: bool,
-                     interpret: bool, block_t: int | None = None, clip_method: str | None = None) -> dict:
-    """The constexpr arguments of `_quantize_pack_kernel` for one launch (block_t None: `default_write_tile`;
-    a channel-axis program is always one token group)."""
+                     interpret: bool, block_t: int | None = None, clip_method: str | None = None,
+                     tokens: int | None = None) -> dict:
+    """The constexpr arguments of `_quantize_pack_kernel` for one launch (block_t None: `default_write_tile` for
+    `tokens` rows per (sequence, head); a channel-axis program is always one token group)."""
     clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype, rotate)
     if clip_method not in CLIP_METHODS:
         raise ValueError(f"clip_method must be one of {CLIP_METHODS}, got {clip_method!r}.")
@@ -408,7 +413,7 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
                 ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=32,
                 SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype],
                 BLOCK_T=(spec.group if spec.axis == "channel"
-                         else block_t or default_write_tile(head_dim, spec, rotate)[0]),
+                         else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0]),
                 FAST_DIV=not interpret)
 
 
@@ -432,12 +437,12 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
     c3, s3, z3 = _as_3d(codes, "codes"), _as_3d(scale, "scale"), _as_3d(zero, "zero")
     if x3.shape[0] == 0 or tokens == 0:
         return codes, scale, zero
-    num_warps = num_warps or default_write_tile(head_dim, spec, rotation is not None)[1]
+    num_warps = num_warps or default_write_tile(head_dim, spec, rotation is not None, tokens)[1]
     interpret = interpreter_forced() or not x.is_cuda
     rot = rotation.contiguous() if rotation is not None else x3
     constants = launch_constants(head_dim, spec, x.dtype, rotate=rotation is not None,
                                  rotation_fp32=rot.dtype == torch.float32, interpret=interpret, block_t=block_t,
-                                 clip_method=clip_method)
+                                 clip_method=clip_method, tokens=tokens)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
     grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
     _quantize_pack_kernel[grid](

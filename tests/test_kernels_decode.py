@@ -155,6 +155,18 @@ def test_token_pairs_match_reference(batch, group, q_tokens, n_hist, num_splits)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_warp_rows_split_16_query_rows_over_two_programs(head_dim):
+    """DecodeConfig.warp_rows=8 with GQA 16: two 8-row programs per KV head (pairs at head_dim 64) match the
+    reference; other values are refused."""
+    args, kw = make_inputs(2, 32, 2, 1, head_dim, 290, 11, INT2[head_dim], INT2[head_dim], seed=7)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=8)
+    out = decode_attention(*args, **kw, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+    with pytest.raises(ValueError, match="warp_rows must be 8 or 16"):
+        decode_attention(*args, **kw, config=replace(cfg, warp_rows=4))
+
+
 def test_token_pairs_only_for_contiguous_16_byte_tokens():
     """Pairs need both caches at 16 bytes per token, stored back to back, and >= 16 pair rows per warp."""
     cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True)

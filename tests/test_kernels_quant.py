@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.dispatch import interpreter_forced  # noqa: E402
-from kernels.quant import CLIP_METHODS, default_clip_method, quantize_pack  # noqa: E402
+from kernels.quant import CLIP_METHODS, default_clip_method, default_write_tile, quantize_pack  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
@@ -219,3 +219,27 @@ def test_unknown_clip_method_raises():
     with pytest.raises(ValueError, match="clip_method"):
         quantize_pack(torch.randn(4, 64, device=DEVICE), QuantSpec(bits=2, group=64, clip_ratio=0.9),
                       clip_method="sort")
+
+
+def test_rotated_write_tile_follows_the_rows_per_head():
+    """Bulk writes (prefill) take 64 rows x 4 warps with a rotation; a decode step's few rows per head keep
+    16 x 1 (a 64-row tile would compute 63 masked rows per token); without a rotation the tile is fixed."""
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    assert default_write_tile(128, spec, rotate=True, tokens=4096) == (64, 4)
+    assert default_write_tile(128, spec, rotate=True, tokens=1) == (16, 1)
+    assert default_write_tile(128, spec, rotate=False, tokens=1) == default_write_tile(128, spec, rotate=False)
+
+
+@pytest.mark.parametrize("tokens", [1, 70])
+def test_rotated_writes_match_the_reference_at_both_tiles(tokens):
+    """Clip + rotation at a decode step's single row and at a bulk write over one 64-row tile plus a tail."""
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randint(-8, 8, (3, tokens, 128), generator=gen).float() / 4      # quarter integers: exact sums
+    rotation = torch.ones(1, 1)
+    while rotation.shape[0] < 128:                                              # +-1 Sylvester Hadamard
+        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    got = quantize_pack(x, spec, rotation)
+    want = quantize_pack_reference(x @ rotation, spec)
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)

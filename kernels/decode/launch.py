@@ -30,6 +30,7 @@ class DecodeConfig:
     merge_block: int = 16     # splits merged per iteration of stage 2
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
+    warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows per KV head, else 16)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -141,6 +142,16 @@ def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Te
             and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and single_group_layouts(k_spec, v_spec, head_dim))
 
 
+def _warp_rows(cfg: DecodeConfig, rows: int) -> int:
+    """Query rows per warp-tile program: cfg.warp_rows, else WARP_TILE_ROWS up to that many rows, else ROW_BLOCK (more
+    rows than a program holds take several programs, each reading the history again, mostly from L2)."""
+    if cfg.warp_rows is None:
+        return WARP_TILE_ROWS if rows <= WARP_TILE_ROWS else ROW_BLOCK
+    if cfg.warp_rows not in (WARP_TILE_ROWS, ROW_BLOCK):
+        raise ValueError(f"warp_rows must be {WARP_TILE_ROWS} or {ROW_BLOCK}, got {cfg.warp_rows}.")
+    return cfg.warp_rows
+
+
 def check_launch(q, tensors, fp_k, fp_v) -> None:
     """What any stage-1 kernel needs of its inputs (`tensors`, q among them): a supported head_dim, at most
     MAX_ROWS query rows per KV head, one device, contiguous last dims, fp_k / fp_v of one layout."""
@@ -218,7 +229,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
                                    group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
-    row_block = WARP_TILE_ROWS if warp_tiles and group * q_tokens <= WARP_TILE_ROWS else ROW_BLOCK
+    row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
 
     def stage1(grid, part_o, part_lse, hist_splits, fp_splits):
         _decode_stage1_kernel[grid](

@@ -8,6 +8,7 @@ reference (a wrong unpack shows as a large error).
     python scripts/dev/sweep_decode_tiles.py                      # Qwen3-8B attention (group 4, head_dim 128)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --grid pairs   # token pairs (pairs.py)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --grid warp_rows  # 16 rows in 8-row programs
 
 A variant that fails to compile or launch (e.g. too much shared memory) is printed with its error.
 """
@@ -39,6 +40,7 @@ GRIDS = {
     "pairs": [{}, {"token_pairs": False}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None},
               {"block_n": 512, "num_warps": 8, "maxnreg": None}, {"num_stages": 4, "maxnreg": None},
               {"num_stages": 2}, {"programs_per_sm": 4}],
+    "warp_rows": [{}, {"warp_rows": 8}, {"warp_rows": 8, "maxnreg": 168}, {"block_n": 128}],
     "d256": [{}, {"warp_tiles": True, "block_n": 128, "num_warps": 4},
              {"warp_tiles": True, "block_n": 128, "num_warps": 8},
              {"warp_tiles": True, "block_n": 256, "num_warps": 8},
@@ -60,7 +62,8 @@ def check(cfg: DecodeConfig, shape: AttnShape) -> float:
 
 def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, sms: int) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
-    default = default_config(shape.head_dim, True, small_grid=is_small_grid(batch * shape.kv_heads, sms))
+    default = default_config(shape.head_dim, True, small_grid=is_small_grid(batch * shape.kv_heads, sms),
+                             rows=shape.q_heads // shape.kv_heads)
     cfg = replace(default, **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = _decode_bytes(batch, ctx, 2, shape)
