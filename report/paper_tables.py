@@ -3,12 +3,17 @@
     from report.paper_tables import paper_tables
     tables = paper_tables(load_rows("results"))                    # [Table("paper_main"), ...]
     tables = paper_tables(rows, dry_runs=True)                      # also the random-weight dry runs, marked
+    table = offline_ruler_table(rows, load_paper())                 # the main table's methods on the offline models
 
 The paper's numbers come from results/paper/oscar_paper.yaml (each with its source in METHOD_OSCAR.md §11). Per
 method a block has three rows: "paper", "ours" (mean±std over seeds, report.tables.Summary / format_stat) and
 "ours - paper" (difference of the means). A cell not run is MISSING ("–"). Random-weight dry runs (a model name
 ending in "@random", or `run.weights == "random"`) are left out unless `dry_runs`; then they get a row of their
 own, every value marked DRY_MARK, and are never compared with the paper.
+
+`offline_ruler_table` is the paper layout on real rows of models the paper did not run (Gemma 3 270M, SmolLM2):
+RULER-NIAH sampled as the paper samples, mean±std over seeds with a t interval and the examples behind it. It has
+no paper row and no difference: the paper's RULER numbers (another model and length) are quoted in a note only.
 """
 from __future__ import annotations
 
@@ -18,9 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from scipy import stats as scipy_stats
 
-from report.tables import (BPE_METRIC, DRY_RUN_SUFFIX, MISSING, MISSING_NOTE, Block, Stat, Summary, Table,
-                           dry_run_mask, format_stat, mean_or_none, quantizer_label)
+from report.tables import (BPE_METRIC, DRY_RUN_SUFFIX, MISSING, MISSING_NOTE, REFERENCE, Block, Stat, Summary,
+                           Table, drop_cell, dry_run_mask, format_stat, mean_or_none, quantizer_label)
 
 PAPER_FILE = Path(__file__).resolve().parent.parent / "results" / "paper" / "oscar_paper.yaml"
 DRY_MARK = "‡"
@@ -34,6 +40,9 @@ NOT_RUNNABLE = {"glm47_fp8": "GLM-4.7-FP8 is not run: its architecture (glm4_moe
                 "kivi2_star": "KIVI-KV2* and Kitty are copied by the paper from the Kitty paper; the harness runs "
                               "neither (its kivi2 is KIVI-2 with groups of 32: 3.0 bits, not the table's 2.25)."}
 RUN_CTX = "32k"
+OFFLINE_MODELS = ("gemma3_270m", "smollm2_135m")     # real weights on a CPU or one GPU (configs/model)
+OFFLINE_CTX = "4k"
+SCORE_RANGE = (0.0, 100.0)
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,8 @@ def main_columns() -> list[Column]:
 
 
 def paper_tables(rows: pd.DataFrame, dry_runs: bool = False, paper_file: Path = PAPER_FILE) -> list[Table]:
-    """The paper's main table, AIME25 INT2 table, RULER-NIAH and ablation, each beside our rows."""
+    """The paper's main table, AIME25 INT2 table, RULER-NIAH and ablation, each beside our rows, and the paper
+    layout on the offline models' real rows (`offline_ruler_table`)."""
     paper = load_paper(paper_file)
     source = "Paper values: results/paper/oscar_paper.yaml, transcribed from METHOD_OSCAR.md"
     aime_methods = ["bf16", "kivi2", "kivi2_star", "kitty", "oscar"]
@@ -188,4 +198,80 @@ def paper_tables(rows: pd.DataFrame, dry_runs: bool = False, paper_file: Path = 
                     [Column("Mean", "mean", "mean", RUN_CTX)], paper, rows, dry_runs,
                     [f"{source} §11.7 (3 seeds). Ours: python run.py -m experiment=paper_ablation (its own store, "
                      "results/paper_ablation). oscar_u, oscar_center and oscar_kchan are beyond the paper."]),
+        offline_ruler_table(rows, paper),
     ]
+
+
+def sampled(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose task sampled (config task.sampling.do_sample), as the paper decodes; greedy rows left out."""
+    def samples(config) -> bool:
+        task = config.get("task") if isinstance(config, dict) else None
+        return bool(((task or {}).get("sampling") or {}).get("do_sample"))
+    return rows[rows["config"].map(samples)] if "config" in rows and len(rows) else rows.iloc[0:0]
+
+
+def seed_interval(stat: Stat | None) -> tuple[float, float] | None:
+    """95% interval of a cell's mean: Student's t over the seeds' means (several seeds), clipped to the score range,
+    else the lone seed's bootstrap interval over its examples (None when its row has none)."""
+    if stat is None or stat.n < 2 or math.isnan(stat.std):
+        return None if stat is None else stat.ci95
+    half = float(scipy_stats.t.ppf(0.975, stat.n - 1)) * stat.std / math.sqrt(stat.n)
+    return max(SCORE_RANGE[0], stat.mean - half), min(SCORE_RANGE[1], stat.mean + half)
+
+
+def settings_text(rows: pd.DataFrame) -> str:
+    """The decoding and sample settings of `rows` (RULER cells), each distinct one once: what the table averages."""
+    found = []
+    for config in rows["config"]:
+        task, sampling = config["task"], config["task"]["sampling"]
+        text = (f"temperature {sampling.get('temperature', 1.0)}, top-p {sampling.get('top_p', 1.0)}, top-k "
+                f"{sampling.get('top_k', 0)}; {task['samples']} samples x {len(task['variants'])} variants per seed, "
+                f"{task['max_new_tokens']} new tokens")
+        if text not in found:
+            found.append(text)
+    return " / ".join(found)
+
+
+def offline_ruler_table(rows: pd.DataFrame, paper: pd.DataFrame) -> Table:
+    """The main table's methods on the offline models' real rows, RULER-NIAH sampled as the paper samples.
+
+    Per method: BPE, the mean±std over seeds, its 95% interval (`seed_interval`), the seeds, n = examples over
+    every seed and Drop = mean - BF16 mean. Only sampled rows count (`sampled`); dry runs never do."""
+    real, _ = split_dry_runs(rows)
+    real = sampled(real[real["model"].isin(OFFLINE_MODELS) & (real["ctx"].astype(str) == OFFLINE_CTX)]
+                   if len(real) else real)
+    summary = Summary(real) if len(real) else None
+    header = ["Method", "BPE", f"RULER-NIAH {OFFLINE_CTX}", "95% CI", "seeds", "n", "Drop"]
+    blocks = []
+    for model in OFFLINE_MODELS:
+        def stat(method: str) -> Stat | None:
+            return summary.get(model, method, "ruler_niah", OFFLINE_CTX, "ruler_niah") if summary else None
+        reference = stat(REFERENCE)
+        lines = []
+        for method in MAIN_METHODS:
+            score, interval = stat(method), seed_interval(stat(method))
+            bpe = summary.bpe(model, method, OFFLINE_CTX, {"ruler_niah"}) if summary else None
+            lines.append([quantizer_label(method), format_stat(bpe), format_stat(score),
+                          MISSING if interval is None else f"[{interval[0]:.1f}, {interval[1]:.1f}]",
+                          MISSING if score is None else str(score.n),
+                          MISSING if score is None or score.examples is None else str(score.examples),
+                          MISSING if score is None else
+                          drop_cell(method, score.mean, None if reference is None else reference.mean)])
+        blocks.append(Block(model, header, lines))
+    ruler = paper[paper["source"].str.contains("§11.3", regex=False)]
+    quoted = ", ".join(f"{e.label} {float(e.value):.2f}" for e in ruler.itertuples())
+    where = ", ".join(sorted({f"{e.model} at {e.ctx}" for e in ruler.itertuples()}))
+    notes = [f"Real weights of the offline models ({', '.join(OFFLINE_MODELS)}), not the paper's: no paper value "
+             f"stands beside them and no difference is claimed. The paper's RULER-NIAH numbers, another model and "
+             f"length, for reference only ({where}; results/paper/oscar_paper.yaml, METHOD_OSCAR.md §11.3): {quoted}.",
+             "RULER-NIAH = mean over the needle variants (0..100) of the rows that sampled, as the paper's client "
+             "does (greedy rows, e.g. the headline's, are left out): "
+             + (settings_text(real) if len(real) else "none yet") + ". Ours: python run.py -m "
+             "experiment=paper_ruler_offline (store results/paper_ruler_offline).",
+             "mean±std over seeds (a seed draws its own haystacks, needles and samples); 95% CI = Student's t "
+             "interval of the mean over the seeds, clipped to 0..100 (one seed: its bootstrap interval over the "
+             "examples); n = examples over all seeds; Drop = mean - BF16 mean. Random-weight dry runs are never "
+             "shown here.", MISSING_NOTE]
+    return Table("paper_ruler_offline", f"Paper layout on real rows: RULER-NIAH {OFFLINE_CTX}, offline models",
+                 blocks, notes)
+

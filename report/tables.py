@@ -49,8 +49,8 @@ LATEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", 
 
 @dataclass(frozen=True)
 class Stat:
-    """One table cell's numbers: mean over seeds, sample std (nan for one seed) and the seed count; for one
-    seed of a scored task, its examples and 95% interval (None when the row has none)."""
+    """One table cell's numbers: mean over seeds, sample std (nan for one seed) and the seed count; for a scored
+    task, its examples summed over the seeds, and for one seed its 95% interval (None when the rows have none)."""
     mean: float
     std: float
     n: int
@@ -157,14 +157,24 @@ def latest_ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_stats(ok: pd.DataFrame) -> dict[tuple, Stat]:
-    """{(model, quantizer, task, ctx, metric): Stat} over seeds (with the interval of a lone seed's row)."""
+    """{(model, quantizer, task, ctx, metric): Stat} over seeds (with the interval of a lone seed's row, and the
+    examples of every seed's rows)."""
     stats = {}
     for key, group in ok.groupby(list(CELL_KEYS) + ["metric"]):
         values = group["value"]
-        interval = _row_interval(group.iloc[0]) if len(group) == 1 else (None, None)
+        if len(group) == 1:
+            examples, interval = _row_interval(group.iloc[0])
+        else:
+            examples, interval = _seed_examples(group), None
         stats[key] = Stat(float(values.mean()), float(values.std()) if len(group) > 1 else math.nan, len(group),
-                          *interval)
+                          examples, interval)
     return stats
+
+
+def _seed_examples(group: pd.DataFrame) -> int | None:
+    """Examples behind several seeds' rows of one metric (the sum of their n), or None if a row has none."""
+    counts = pd.to_numeric(group["n"], errors="coerce") if "n" in group else pd.Series([math.nan])
+    return None if counts.isna().any() else int(counts.sum())
 
 
 def _row_interval(row) -> tuple[int | None, tuple[float, float] | None]:

@@ -17,7 +17,8 @@ from report.tables import (HEADLINE_BEGIN, HEADLINE_END, check_clean, headline_m
                            write_tables)
 
 ROOT = Path(__file__).resolve().parent.parent
-STORES = [ROOT / "results", ROOT / "results" / "ablations"]        # results/archive: stale, not rebuilt
+STORES = [ROOT / "results", ROOT / "results" / "ablations",
+          ROOT / "results" / "paper_ruler_offline"]                # results/archive: stale, not rebuilt
 DRY_RUN_STORE = ROOT / "results" / "dryrun"                        # built with --dry-runs
 
 

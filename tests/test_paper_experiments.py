@@ -100,3 +100,25 @@ def test_paper_throughput_points_at_the_benchmark(composer):
 def test_each_paper_experiment_says_how_to_run_it_and_composes_a_random_dry_run(composer, name):
     assert f"experiment={name}" in (CONFIGS / "experiment" / f"{name}.yaml").read_text()
     assert composer([f"experiment={name}", "model.source=random"]).model.source == "random"
+
+
+def test_paper_ruler_offline_is_the_main_tables_quantizers_on_the_offline_models_sampled(composer):
+    """experiment=paper_ruler_offline: both offline models x the main table's six quantizers x RULER-NIAH 4k x five
+    seeds, sampled as the paper's client (METHOD_OSCAR.md §10), in a store apart from results/; every cell passes the
+    pre-load checks and the memory plan fits it on one 80 GB GPU."""
+    from harness.memory_plan import plan_cell
+    from harness.pipeline import validate
+    config = composer(["experiment=paper_ruler_offline"])
+    assert grid(config) == product(["gemma3_270m", "smollm2_135m"], MAIN_QUANTIZERS, ["ruler_niah"], ["4k"],
+                                   list("01234"))
+    assert dict(config.task.sampling) == {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
+    assert len(config.task.variants) == 8 and config.task.max_new_tokens == 128        # RULER's budget
+    assert config.results_dir == "results/paper_ruler_offline"
+    for cell in grid_axes(config):
+        cfg = composer(["experiment=paper_ruler_offline", "device=cpu", *cell["job"]])
+        plan = validate(cfg)
+        assert plan.key["model"] == cell["model"] and plan.key["seed"] == int(cell["seed"])
+        if cell["seed"] == "0" and cell["quantizer"] in ("bf16", "oscar"):
+            gpu = composer(["experiment=paper_ruler_offline", "model.dtype=bfloat16", *cell["job"]])
+            memory = plan_cell(gpu, plan.quantizer, "cuda:0", use_kernels=True, budgets={"cuda:0": 79 * 2**30})
+            assert memory.refusal() is None, memory.describe()

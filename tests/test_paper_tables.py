@@ -129,3 +129,81 @@ def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
     assert "bf16+graph" in same_engine[0] and same_engine[1:] == ["1.50×", "4.00×", MISSING, "5.50×"]
     assert "StaticCache" in stock[0] and stock[1:] == ["10.00×", MISSING, MISSING, "11.00×"]
     assert len(qwen8b.rows) == 1 and qwen8b.rows[0][1] == "2.88×"
+
+
+PAPER_SAMPLING = {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
+
+
+def write_ruler_cell(store, model, quantizer, seed, score, ctx="4k", sampling=PAPER_SAMPLING, n=32,
+                     ci95=(0.0, 100.0)):
+    """A RULER-NIAH cell as run.py writes it: the task config (sampling, samples, variants), n and interval."""
+    key = {"model": model, "quantizer": quantizer, "task": "ruler_niah", "ctx": ctx, "seed": seed}
+    task = {"name": "ruler_niah", "samples": 4, "variants": [f"v{i}" for i in range(8)], "max_new_tokens": 128,
+            "sampling": sampling}
+    recorder = CellRecorder(store, key, {**key, "task": task})
+    recorder.intervals = {"ruler_niah": {"n": n, "ci95": list(ci95)}}
+    recorder.write_ok({"ruler_niah": score, "bits_per_element": {"bf16": 16.0, "oscar": 3.5}.get(quantizer, 2.25)})
+
+
+@pytest.fixture
+def offline_rows(tmp_path):
+    """Gemma: BF16 at 60 and OSCAR at 10..50 over five sampled seeds, naive INT2 near 0 (its t interval crosses 0),
+    QuaRot-INT2 one seed; beside them rows the table must leave out: a greedy SmolLM2 BF16 row (the headline's kind),
+    a sampled 8k row and a sampled random-weight dry run."""
+    for seed, score in enumerate((10.0, 20.0, 30.0, 40.0, 50.0)):
+        write_ruler_cell(tmp_path, "gemma3_270m", "oscar", seed, score)
+        write_ruler_cell(tmp_path, "gemma3_270m", "bf16", seed, 60.0)
+        write_ruler_cell(tmp_path, "gemma3_270m", "naive_int2", seed, 5.0 if seed == 4 else 0.0)
+    write_ruler_cell(tmp_path, "gemma3_270m", "quarot_int2", 0, 12.5, ci95=(3.1, 25.0))
+    write_ruler_cell(tmp_path, "smollm2_135m", "bf16", 0, 50.0, sampling=None)
+    write_ruler_cell(tmp_path, "smollm2_135m", "oscar", 0, 40.0, ctx="8k")
+    write_ruler_cell(tmp_path, "smollm2_135m@random", "turboquant_k3v3", 0, 1.0)
+    return load_rows(tmp_path)
+
+
+def offline_table(rows):
+    return next(t for t in paper_tables(rows) if t.name == "paper_ruler_offline")
+
+
+def test_offline_ruler_table_is_mean_std_interval_and_n_over_the_seeds(offline_rows):
+    table = offline_table(offline_rows)
+    gemma, smollm = table.blocks
+    assert (gemma.title, smollm.title) == ("gemma3_270m", "smollm2_135m")
+    assert gemma.columns == ["Method", "BPE", "RULER-NIAH 4k", "95% CI", "seeds", "n", "Drop"]
+    cells = {row[0]: dict(zip(gemma.columns, row)) for row in gemma.rows}
+    assert list(cells) == ["BF16", "Saw-INT4", "TurboQuant K3V3", "QuaRot-INT2", "Naive INT2", "OSCAR"]
+    half = 2.7764451 * pd.Series([10.0, 20.0, 30.0, 40.0, 50.0]).std() / 5 ** 0.5      # t(0.975, 4) s / sqrt(5)
+    assert cells["OSCAR"] == {"Method": "OSCAR", "BPE": "3.50", "RULER-NIAH 4k": "30.00±15.81",
+                              "95% CI": f"[{30 - half:.1f}, {30 + half:.1f}]", "seeds": "5", "n": "160",
+                              "Drop": "-30.00"}
+    assert cells["BF16"]["RULER-NIAH 4k"] == "60.00±0.00" and cells["BF16"]["95% CI"] == "[60.0, 60.0]"
+    assert cells["BF16"]["Drop"] == "ref."
+    assert cells["Naive INT2"]["95% CI"].startswith("[0.0, ")                       # clipped to the score range
+    assert cells["QuaRot-INT2"]["RULER-NIAH 4k"] == "12.50" and cells["QuaRot-INT2"]["95% CI"] == "[3.1, 25.0]"
+    assert cells["QuaRot-INT2"]["seeds"] == "1" and cells["QuaRot-INT2"]["n"] == "32"
+    assert cells["Saw-INT4"] == {"Method": "Saw-INT4", **{c: MISSING for c in gemma.columns[1:]}}
+
+
+def test_offline_ruler_table_leaves_out_greedy_other_lengths_and_dry_runs(offline_rows):
+    smollm = offline_table(offline_rows).blocks[1]
+    assert all(cell == MISSING for row in smollm.rows for cell in row[1:])
+    assert "@random" not in to_markdown(offline_table(offline_rows))
+    dry = next(t for t in paper_tables(offline_rows, dry_runs=True) if t.name == "paper_ruler_offline")
+    assert to_markdown(dry) == to_markdown(offline_table(offline_rows))
+
+
+def test_offline_ruler_table_quotes_the_paper_and_the_settings_from_files_and_rows(offline_rows):
+    notes = " ".join(offline_table(offline_rows).notes)
+    ruler = load_paper().query("source.str.contains('§11.3')", engine="python")
+    for entry in ruler.itertuples():
+        assert f"{entry.label} {entry.value:.2f}" in notes                          # from oscar_paper.yaml
+    assert "no difference is claimed" in notes and "ours - paper" not in to_markdown(offline_table(offline_rows))
+    assert "temperature 1.0, top-p 0.95, top-k 40; 4 samples x 8 variants per seed, 128 new tokens" in notes
+    assert "none yet" in " ".join(offline_table(offline_rows.iloc[0:0]).notes)
+
+
+def test_write_tables_writes_the_offline_ruler_table(offline_rows, tmp_path):
+    out = tmp_path / "tables"
+    names = {p.name for p in write_tables(offline_rows, tmp_path / "bench", out, allow_dirty=True)}
+    assert {"paper_ruler_offline.md", "paper_ruler_offline.tex"} <= names
+    assert "| OSCAR | 3.50 | 30.00±15.81 |" in (out / "paper_ruler_offline.md").read_text()
