@@ -52,14 +52,20 @@ def rope_namespaces(model) -> list[types.ModuleType]:
     return [sys.modules[name] for name in sorted(names) if hasattr(sys.modules.get(name), ROPE_FUNCTION)]
 
 
+def cpu_compiler_refusal() -> str | None:
+    """Why a step on the CPU cannot be compiled here (no C++ compiler on PATH: one sentence), or None."""
+    if any(shutil.which(cxx) for cxx in CPP_COMPILERS):
+        return None
+    return (f"compile_step on the CPU needs a C++ compiler (inductor builds C++ kernels); none of "
+            f"{', '.join(CPP_COMPILERS)} is on PATH.")
+
+
 def compile_step_refusal(model) -> str | None:
     """Why the decode step of `model` cannot be compiled here (one sentence), or None when it can."""
     if not compilable_modules(model):
         return (f"compile_step found no module whose class name ends with {' or '.join(COMPILED_CLASS_SUFFIXES)} "
                 f"in this model; run it with compile_step=off.")
-    if next(model.parameters()).device.type == "cpu" and not any(shutil.which(cxx) for cxx in CPP_COMPILERS):
-        return "compile_step on the CPU needs a C++ compiler (inductor builds C++ kernels); none is on PATH."
-    return None
+    return cpu_compiler_refusal() if next(model.parameters()).device.type == "cpu" else None
 
 
 @contextmanager
