@@ -179,6 +179,17 @@ def test_compiled_step_decodes_like_the_uncompiled_one(name, tiny, tmp_path, mon
     assert modeling.apply_rotary_pos_emb is stock_rope
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graph_replays_the_compiled_step_like_the_uncompiled_graph(tiny, tmp_path, monkeypatch):
+    """Compiled in the warm-up, then captured: the replayed compiled step gives the plain graph's tokens."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True, compile_step=True)
+    assert torch.equal(tokens, plain_tokens)
+    for a, b in zip(logits, plain_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_compile_step_refusals(tiny):
     model = tiny("qwen3")[0]
     with pytest.raises(ValueError, match="found no module whose class name ends with RMSNorm or MLP"):
