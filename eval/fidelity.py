@@ -186,7 +186,7 @@ class Fidelity(Task):
         integer_option(self.cfg.get("tokens", 4096), "task.tokens", minimum=1)
         integer_option(self.cfg.get("seq_len", 1024), "task.seq_len", minimum=2)
 
-    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None, compile_step=False):
         return evaluate(loaded, seam, self.cfg, ctx, seed)
 
     def bits_per_element(self, quantizer, ctx):

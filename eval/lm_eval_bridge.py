@@ -131,5 +131,5 @@ class LmEval(Task):
         if include and not Path(str(include)).is_dir():
             raise ValueError(f"task.include_path '{include}' is not a folder of lm-eval task YAMLs.")
 
-    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None, compile_step=False):
         return evaluate(loaded, seam, self.cfg, ctx, seed, paths)

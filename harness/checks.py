@@ -14,6 +14,7 @@ from pathlib import Path
 
 KERNEL_MODES = ("auto", "triton", "reference")
 STATIC_DECODE_MODES = ("auto", "on", "off")
+COMPILE_STEP_MODES = ("auto", "on", "off")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 
@@ -53,11 +54,12 @@ def kernels_runnable(device: str, kernels: str) -> bool:
 
 
 def check_cell_options(cfg) -> str:
-    """seed, device, kernels, static_decode and ctx.tokens; returns the resolved device."""
+    """seed, device, kernels, static_decode, compile_step and ctx.tokens; returns the resolved device."""
     integer_option(cfg.seed, "seed")
     integer_option(cfg.ctx.get("tokens"), "ctx.tokens", minimum=1)
     kernels = _choice(cfg.kernels, "kernels", KERNEL_MODES)
     static_decode = _choice(cfg.get("static_decode", "auto"), "static_decode", STATIC_DECODE_MODES)
+    compile_step = _choice(cfg.get("compile_step", "off"), "compile_step", COMPILE_STEP_MODES)
     device = check_device(cfg.device)
     if kernels == "triton" and not kernels_runnable(device, kernels):
         raise ValueError(f"kernels=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); this cell runs "
@@ -66,7 +68,19 @@ def check_cell_options(cfg) -> str:
                                                                              or kernels == "triton")):
         raise ValueError(f"static_decode=on needs the Triton kernel path (a CUDA device, or kernels=triton with "
                          f"TRITON_INTERPRET=1); this cell runs on {device} with kernels={kernels}.")
+    if compile_step == "on" and static_decode == "off":
+        raise ValueError("compile_step=on compiles the static decode step, which static_decode=off never runs.")
+    if compile_step == "on" and device == "cpu":
+        from harness.compiled_step import cpu_compiler_refusal
+        refusal = cpu_compiler_refusal()
+        if refusal:
+            raise ValueError(refusal)
     return device
+
+
+def compile_step_enabled(setting: str, device: str) -> bool:
+    """Whether the static decode step runs compiled: on, or auto where the step is a CUDA graph (a CUDA device)."""
+    return setting == "on" or (setting == "auto" and device.startswith("cuda"))
 
 
 def check_model_source(model_cfg) -> dict:

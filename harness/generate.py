@@ -39,12 +39,13 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
 
 def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
                      stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off",
-                     paths: dict | None = None, seed: int = 0) -> list[str]:
+                     paths: dict | None = None, seed: int = 0, compile_step: bool = False) -> list[str]:
     """Generate one continuation per example (greedy unless `sampling` says do_sample; `seed` seeds it).
 
     static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of harness.static_cache;
     refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
     paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance).
+    compile_step: the static path's steps run the model's RMSNorms, MLPs and RoPE compiled (harness.compiled_step).
     """
     if static_decode not in STATIC_MODES:
         raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
@@ -67,7 +68,8 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             if refusal is None:
                 new_tokens = static_generate(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
                                              graph=device.type == "cuda", choose=chooser,
-                                             stopped=stop_watcher(tokenizer, stop))
+                                             stopped=stop_watcher(tokenizer, stop),
+                                             compile_step=compile_step)
             elif static_decode == "on":
                 raise ValueError(refusal)
             else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks import check_cell_options, check_device, check_model_source
+from harness.checks import check_cell_options, check_device, check_model_source, compile_step_enabled
 from harness.environment import environment
 from harness.quantizer import instantiate, quantizer_from_config
 
@@ -237,15 +237,17 @@ def execute(plan: CellPlan, device: str, recorder, memory=None):
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]
     static_decode, fallback = static_decode_mode(cfg, devices)
+    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device)
     seed_everything(int(cfg.seed))
     loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
         paths: dict[str, int] = {}
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
-                                         static_decode=static_decode, paths=paths)
+                                         static_decode=static_decode, paths=paths, compile_step=compile_step)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
                         "static_decode": str(cfg.get("static_decode", "auto")), "decode_batches": paths,
+                        "compile_step": compile_step,
                         "weights": loaded.weights, "tokenizer": loaded.tokenizer_name,
                         **placement_provenance(memory, fallback)}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)

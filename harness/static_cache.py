@@ -2,6 +2,7 @@
 
     state = freeze(cache, max_new_tokens, attention_mask)        # after the prefill (eager)
     step = DecodeStep(model, cache, state, graph=True)           # CUDA: captured on its second call
+    step = DecodeStep(model, cache, state, graph=True, compile_step=True)   # + RMSNorm/MLP/RoPE fused (compiled_step)
     logits = step(next_ids, position_ids)                        # [B, 1, V], one token per sequence
     tokens = static_generate(model, enc, cache, max_new_tokens, eos_ids, pad_id, graph=True)  # all of the above
 
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import math
 import weakref
+from contextlib import nullcontext
 
 import torch
 
 from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths
+from harness.compiled_step import compile_step_refusal, compiled_parts
 
 
 class StaticState:
@@ -168,13 +171,18 @@ class DecodeStep:
 
     The first call runs eagerly (on a side stream when capturing: it compiles the kernels and warms the
     allocator), the second captures the step and replays it, every later call only replays. The returned
-    logits [B, 1, V] live in a static buffer: read them before the next call.
+    logits [B, 1, V] live in a static buffer: read them before the next call. compile_step=True runs the model's
+    RMSNorms, MLPs and RoPE as torch.compile'd kernels (harness.compiled_step), compiled in that first call.
     """
 
-    def __init__(self, model, cache, state: StaticState, graph: bool = False):
+    def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False):
         if graph and not torch.cuda.is_available():
             raise ValueError("CUDA-graph decode needs a CUDA device.")
+        refusal = compile_step_refusal(model) if compile_step else None
+        if refusal:
+            raise ValueError(refusal)
         self.model, self.cache, self.state, self.graph = model, cache, state, graph
+        self.compile_step = compile_step
         batch, device = state.batch, state.hist_len.device
         self.input_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
@@ -183,8 +191,10 @@ class DecodeStep:
 
     def _forward(self) -> torch.Tensor:
         self.state.advance()
-        return self.model(input_ids=self.input_ids, position_ids=self.position_ids, cache_position=self.cache_position,
-                          past_key_values=self.cache, use_cache=True).logits           # [B, 1, V]
+        with compiled_parts(self.model) if self.compile_step else nullcontext():
+            return self.model(input_ids=self.input_ids, position_ids=self.position_ids,
+                              cache_position=self.cache_position, past_key_values=self.cache,
+                              use_cache=True).logits                                    # [B, 1, V]
 
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """input_ids, position_ids: [B, 1] of the token each sequence appends -> logits [B, 1, V]."""
@@ -241,14 +251,14 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
 
 
 def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int, graph: bool,
-                    choose=None, stopped=None) -> torch.Tensor:
+                    choose=None, stopped=None, compile_step: bool = False) -> torch.Tensor:
     """Generation like `model.generate`: eager prefill, then frozen-cache decode steps.
 
     enc: input_ids / attention_mask [B, T] (left padding). choose: logits [B, V] -> tokens [B] (greedy when
     None; a harness.sampling.TokenChooser samples). stopped: the tokens so far (a list of [B]) -> bool [B],
-    the sequences whose text reached a stop string, asked every 8 steps. Returns the new tokens
-    [B, <= max_new_tokens]; a sequence that produced an EOS id (or stopped) gets pad_id afterwards, and
-    decoding ends once all have.
+    the sequences whose text reached a stop string, asked every 8 steps. compile_step: as `DecodeStep` takes it.
+    Returns the new tokens [B, <= max_new_tokens]; a sequence that produced an EOS id (or stopped) gets pad_id
+    afterwards, and decoding ends once all have.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
@@ -259,7 +269,7 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
         logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True,
                        logits_to_keep=1).logits[:, -1]
     state = freeze(cache, max_new_tokens, mask)
-    step = DecodeStep(model, cache, state, graph=graph)
+    step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
     next_position = mask.long().sum(-1, keepdim=True)                              # [B, 1]
     eos = torch.tensor(eos_ids or [-1], device=mask.device)
     done = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)

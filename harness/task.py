@@ -65,8 +65,9 @@ class Task:
             integer_option(self.cfg.batch_size, "task.batch_size", minimum=1)
 
     def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
-            paths: dict | None = None) -> tuple[dict, list]:
-        """(metrics, per-example records) of the model behind `seam` at context `ctx`."""
+            paths: dict | None = None, compile_step: bool = False) -> tuple[dict, list]:
+        """(metrics, per-example records) of the model behind `seam` at context `ctx` (static_decode, paths and
+        compile_step: as `harness.generate.generate_outputs` takes them, for tasks that generate)."""
         raise NotImplementedError
 
     def intervals(self, records: list) -> dict[str, dict]:
@@ -112,7 +113,7 @@ class GenerationTask(Task):
         if unknown:
             raise ValueError(f"task={self.name} does not take option(s) {unknown}; it takes {sorted(taken)}.")
 
-    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None):
+    def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None, compile_step=False):
         opts = self.options()
         examples = self.build_examples(loaded.tokenizer, ctx, int(opts.pop("samples")), seed, chat=loaded.chat,
                                        **opts)
@@ -122,7 +123,7 @@ class GenerationTask(Task):
                                    batch_size=int(self.cfg.get("batch_size", 1)),
                                    sampling=self.cfg.get("sampling"), stop=list(self.cfg.get("stop") or []),
                                    desc=self.name, static_decode=static_decode, paths=paths,
-                                   seed=seed)
+                                   seed=seed, compile_step=compile_step)
         records = [Record(ex.id, out, float(self.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]),
                           ex.meta) for ex, out in zip(examples, outputs)]
         return self.aggregate(records), records

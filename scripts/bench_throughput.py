@@ -6,13 +6,15 @@
     python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one decode step's time goes
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
+    python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph+compile,oscar:model+graph+compile
 
 The model is built from the real config with random bf16 weights (speed does not depend on the values). The cache is
 filled with synthetic K/V written through each quantizer's write path (the Triton quantize-pack kernel on CUDA)
 rather than by a prefill; BF16 uses transformers' own DynamicCache and SDPA (what users already have), bf16_static
 its StaticCache; `bf16+graph` is BF16 on the harness's own engine (the identity quantizer: every row in the frozen
 cache's full-precision buffer, the same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the
-ratio against it compares caches, not engines); the other rows run the harness seam and its decode kernel. Reported
+ratio against it compares caches, not engines); a further `+compile` runs that engine's step with the model's RMSNorms,
+MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
 per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context. With $OUT set, the rows
@@ -66,7 +68,19 @@ def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch
 
 BF16_CACHES = ("bf16", "bf16_static")
 GRAPH_SUFFIX = "+graph"    # e.g. oscar+graph: frozen cache, decode step replayed as one CUDA graph
+COMPILE_SUFFIX = "+compile"  # after +graph: that step with the model's RMSNorms, MLPs and RoPE compiled
 STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
+
+
+def row_engine(row_name: str) -> tuple[str, bool, bool]:
+    """(quantizer spec, frozen, compiled) of a row name: 'oscar:model+graph+compile' -> ('oscar:model', True, True);
+    ValueError for a +compile that does not follow +graph (only the frozen step is compiled)."""
+    compiled = row_name.endswith(COMPILE_SUFFIX)
+    name = row_name.removesuffix(COMPILE_SUFFIX)
+    if compiled and not name.endswith(GRAPH_SUFFIX):
+        raise ValueError(f"{row_name}: {COMPILE_SUFFIX} compiles the frozen step, so it follows {GRAPH_SUFFIX} "
+                         f"(e.g. oscar{GRAPH_SUFFIX}{COMPILE_SUFFIX}).")
+    return name.removesuffix(GRAPH_SUFFIX), name.endswith(GRAPH_SUFFIX), compiled
 
 
 def fill_dynamic(cache, cfg, batch: int, ctx: int, device, dtype) -> None:
@@ -123,10 +137,11 @@ def eager_step(model, cache, batch: int, device):
     return make_step
 
 
-def static_step(model, cache, batch: int, steps: int, device, graph: bool):
-    """make_step() for a frozen cache (harness.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`."""
+def static_step(model, cache, batch: int, steps: int, device, graph: bool, compile_step: bool = False):
+    """make_step() for a frozen cache (harness.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`,
+    with the model's RMSNorms, MLPs and RoPE compiled if `compile_step`."""
     state = freeze(cache, steps + 2 + STATIC_SLACK)
-    decoder = DecodeStep(model, cache, state, graph=graph)
+    decoder = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
 
     def make_step():
@@ -162,7 +177,7 @@ def profiled(make_step) -> dict:
 def make_quantizer(spec: str, cfg):
     """A quantizer from 'name' or 'name:model' (rotation_dtype=model), checked against cfg; OSCAR gets random
     orthogonal stand-in rotations (speed does not depend on the basis)."""
-    name, _, rotation_dtype = spec.removesuffix(GRAPH_SUFFIX).partition(":")
+    name, _, rotation_dtype = row_engine(spec)[0].partition(":")
     quantizer = build_quantizer(name, **({"rotation_dtype": rotation_dtype} if rotation_dtype else {}))
     quantizer.check(cfg)
     if name == "oscar":
@@ -176,7 +191,8 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
     a quantizer name, 'name:model' (rotation_dtype=model); a '+graph' suffix decodes through a frozen cache
-    with the step captured as a CUDA graph (harness.static_cache).
+    with the step captured as a CUDA graph (harness.static_cache), '+graph+compile' with the model's RMSNorms,
+    MLPs and RoPE compiled in that step (harness.compiled_step).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
@@ -192,12 +208,12 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         ms = time_steps(make_step, steps, device)
         split = profiled(make_step) if profile else {}
     else:
-        quantizer, frozen = make_quantizer(quantizer_name, cfg), quantizer_name.endswith(GRAPH_SUFFIX)
+        quantizer, (_, frozen, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, cfg, batch, ctx, device, dtype)
-            make_step = static_step(model, cache, batch, steps, device, graph=device == "cuda") if frozen else \
-                eager_step(model, cache, batch, device)
+            make_step = static_step(model, cache, batch, steps, device, graph=device == "cuda",
+                                    compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
             ms = time_steps(make_step, steps, device)
             split = profiled(make_step) if profile else {}
     allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
@@ -272,13 +288,18 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
+    quantizers = args.quantizers.split(",")
+    try:                                                          # a bad row name fails before the model is built
+        for row_name in quantizers:
+            row_engine(row_name)
+    except ValueError as err:
+        parser.error(str(err))
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     name = "tiny" if args.tiny else args.model
     model = build_model(name, device, dtype)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
-    quantizers = args.quantizers.split(",")
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
@@ -297,7 +318,7 @@ def main() -> None:
             {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
         budget_rows.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(budget_rows[-1]), flush=True)
-    for base in (*BF16_CACHES, "bf16" + GRAPH_SUFFIX):              # ratio to each BF16 baseline that ran
+    for base in (*BF16_CACHES, "bf16" + GRAPH_SUFFIX, "bf16" + GRAPH_SUFFIX + COMPILE_SUFFIX):   # each BF16 that ran
         base_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == base), None)
         for r in budget_rows:
             if base_tps:

@@ -62,6 +62,8 @@ def no_gpu_path(monkeypatch):
     (["device=tpu"], "device=tpu is not one of"),
     (["kernels=fast"], "kernels=fast is not one of"),
     (["static_decode=maybe"], "static_decode=maybe is not one of"),
+    (["compile_step=yes"], "compile_step=yes is not one of"),
+    (["static_decode=off", "compile_step=on"], "static_decode=off never runs"),
     (["quantizer=oscar", "quantizer.sink=-1"], "sink and recent must be >= 0"),
     (["quantizer=naive_int2", "quantizer.recent=-8"], "sink and recent must be >= 0"),
     (["quantizer=oscar", "quantizer.page=0"], "page must be >= 1"),
@@ -105,6 +107,19 @@ def test_static_decode_on_takes_bf16_too(monkeypatch):
     """BF16 (the identity) decodes through the same frozen cache and kernel as the quantizers."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     validate(compose_cell("kernels=triton", "static_decode=on", "quantizer=bf16"))
+
+
+def test_compile_step_on_the_cpu_needs_a_cpp_compiler(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert "needs a C++ compiler" in refused("device=cpu", "compile_step=on")
+    monkeypatch.undo()
+    validate(compose_cell("device=cpu", "compile_step=on"))
+
+
+def test_compile_step_auto_is_on_for_cuda_graph_steps_only():
+    from harness.checks import compile_step_enabled
+    assert compile_step_enabled("auto", "cuda:1") and compile_step_enabled("on", "cpu")
+    assert not compile_step_enabled("auto", "cpu") and not compile_step_enabled("off", "cuda")
 
 
 def test_empty_calibration_file_is_refused(tmp_path):

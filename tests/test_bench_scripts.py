@@ -11,7 +11,7 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--steps", "2", "--ctx", "600",
                            "--batch", "1", "--budget-gb", "0.005", "--quantizers",
-                           "bf16,bf16_static,bf16+graph,naive_int2,oscar,oscar+graph"],
+                           "bf16,bf16_static,bf16+graph,bf16+graph+compile,naive_int2,oscar,oscar+graph"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Same memory budget" in proc.stdout
@@ -23,8 +23,16 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     assert all(r["max_batch_in_budget"] >= 0 for r in data["same_budget"])
     assert per_token["bf16"] <= per_token["bf16_static"] < 1.1 * per_token["bf16"]   # static: ctx + a few slack rows
     assert per_token["bf16"] <= per_token["bf16+graph"] < 1.1 * per_token["bf16"]   # every row in the fp buffer
+    assert per_token["bf16+graph+compile"] == per_token["bf16+graph"]              # the same cache, compiled step
     assert all("throughput_vs_bf16" in r and "throughput_vs_bf16_static" in r and "throughput_vs_bf16+graph" in r
-               for r in data["same_budget"] if r["batch"])
+               and "throughput_vs_bf16+graph+compile" in r for r in data["same_budget"] if r["batch"])
+
+
+def test_bench_throughput_refuses_compile_without_graph_before_building_the_model():
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--quantizers", "bf16,oscar+compile"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "oscar+compile: +compile compiles the frozen step" in proc.stderr
+    assert "copy bandwidth" not in proc.stdout
 
 
 def test_bench_throughput_records_an_oom_and_goes_on(tmp_path, monkeypatch, capsys):
@@ -87,13 +95,14 @@ def test_bench_throughput_profile_mode_reports_the_split(tmp_path):
 def test_count_step_ops_runs_and_model_dtype_rotations_drop_the_casts():
     env = dict(os.environ, TRITON_INTERPRET="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "scripts/dev/count_step_ops.py", "--layers", "2", "--ctx", "640",
-                           "--quantizers", "bf16,oscar,oscar:model"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+                           "--quantizers", "bf16,oscar,oscar:model,oscar:model+compile"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in proc.stdout.splitlines()
             if line.startswith("| ") and line.split("|")[2].strip().isdigit()}
-    assert set(rows) == {"bf16", "oscar", "oscar:model"}
+    assert set(rows) == {"bf16", "oscar", "oscar:model", "oscar:model+compile"}
     assert rows["bf16"] < rows["oscar:model"] < rows["oscar"]   # bf16 model: fp32 rotations cast q, k and out there and back
+    assert rows["oscar:model+compile"] < rows["oscar:model"] / 2   # RMSNorms, RoPE, SiLU*up: one kernel each
 
 
 def test_time_prefill_runs_on_the_offline_gemma_and_both_paths_agree():

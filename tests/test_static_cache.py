@@ -3,6 +3,9 @@
 CPU: the Triton kernels run under the interpreter. On a GPU box run with TRITON_INTERPRET=0: every test then
 runs on CUDA, and the CUDA-graph test replays the captured step.
 """
+import sys
+from collections import Counter
+
 import pytest
 import torch
 
@@ -29,14 +32,15 @@ def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False):
-    """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph)."""
+def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False, compile_step=False):
+    """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph; with the
+    model's RMSNorms, MLPs and RoPE compiled if compile_step)."""
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(device)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         logits = model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache).logits
         state = freeze(cache, steps, enc.attention_mask)
-        step = DecodeStep(model, cache, state, graph=graph)
+        step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
         positions = enc.attention_mask.sum(-1, keepdim=True)                        # [B, 1] next position
         tokens, all_logits = [], [logits[:, -1]]
         for _ in range(steps - 1):
@@ -138,6 +142,62 @@ def test_freeze_refuses_what_cannot_be_static(tiny, tmp_path, monkeypatch):
     with install(gemma, build_quantizer("naive_int2"), kernels="triton") as seam:
         with pytest.raises(ValueError, match="sliding-window"):
             freeze(seam.new_cache(), 4)
+
+
+@pytest.mark.parametrize("name", ["bf16", "oscar"])
+def test_compiled_step_decodes_like_the_uncompiled_one(name, tiny, tmp_path, monkeypatch):
+    """The step with the model's RMSNorms, MLPs and RoPE compiled: the same tokens, logits within float noise; every
+    compiled piece ran in every step, and the model leaves the step with its stock forwards."""
+    from harness import compiled_step
+    if name == "bf16":                                                  # the identity takes no window options
+        (model, tok), quantizer = tiny("qwen3"), build_quantizer("bf16")
+        model.to(DEVICE)
+    else:
+        model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name=name)
+    modeling = sys.modules[type(model.model.layers[0].self_attn).__module__]         # transformers' modeling_qwen3
+    stock_rope = modeling.apply_rotary_pos_emb
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, steps=6)
+    calls, real = Counter(), compiled_step._compiled
+
+    def counted(fn):
+        compiled = real(fn)
+
+        def call(*args, **kwargs):
+            calls[fn.__qualname__] += 1
+            return compiled(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(compiled_step, "_compiled", counted)
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, steps=6, compile_step=True)
+    assert torch.equal(tokens, plain_tokens)
+    for a, b in zip(logits, plain_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    layers, steps = model.config.num_hidden_layers, 5
+    assert calls == {"Qwen3RMSNorm.forward": (4 * layers + 1) * steps, "Qwen3MLP.forward": layers * steps,
+                     "apply_rotary_pos_emb": layers * steps}        # input, post-attention, q and k norms; final norm
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert modeling.apply_rotary_pos_emb is stock_rope
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graph_replays_the_compiled_step_like_the_uncompiled_graph(tiny, tmp_path, monkeypatch):
+    """Compiled in the warm-up, then captured: the replayed compiled step gives the plain graph's tokens."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True, compile_step=True)
+    assert torch.equal(tokens, plain_tokens)
+    for a, b in zip(logits, plain_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_step_refusals(tiny):
+    model = tiny("qwen3")[0]
+    with pytest.raises(ValueError, match="found no module whose class name ends with RMSNorm or MLP"):
+        DecodeStep(torch.nn.Linear(2, 2), None, None, compile_step=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("shutil.which", lambda name: None)
+        with pytest.raises(ValueError, match="needs a C[+][+] compiler"):
+            DecodeStep(model, None, None, compile_step=True)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")

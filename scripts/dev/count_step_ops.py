@@ -7,8 +7,12 @@ step of a small Qwen3 config with the cache filled like scripts/bench_throughput
 
     TRITON_INTERPRET=1 python scripts/dev/count_step_ops.py                      # bf16 model, 4 layers
     TRITON_INTERPRET=1 python scripts/dev/count_step_ops.py --quantizers bf16,oscar,oscar:model
+    TRITON_INTERPRET=1 python scripts/dev/count_step_ops.py --quantizers bf16,bf16+compile,oscar:model+compile
 
-`name:model` sets rotation_dtype=model for that quantizer. Prints a Markdown table.
+`name:model` sets rotation_dtype=model for that quantizer; a `+compile` suffix runs the step with the model's RMSNorms,
+MLPs and RoPE compiled (harness.compiled_step, as `DecodeStep(compile_step=True)` does): each compiled piece counts
+as the kernels it launched, its fused inductor kernels and its extern GEMMs (torch.compile refuses to run under the
+counting dispatch mode, so a compiled piece runs outside it, under the profiler). Prints a Markdown table.
 """
 from __future__ import annotations
 
@@ -16,11 +20,13 @@ import argparse
 import os
 import sys
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch._inductor import config as inductor_config
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,12 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_throughput as bench  # noqa: E402
 import kernels.decode  # noqa: E402
 import kernels.quant  # noqa: E402
+from harness import compiled_step  # noqa: E402
 from harness.seam import install  # noqa: E402
 
 NO_KERNEL = {"view", "_unsafe_view", "slice", "transpose", "t", "expand", "select", "unsqueeze", "squeeze",
              "permute", "as_strided", "alias", "detach", "empty", "new_empty", "empty_strided", "split", "unbind",
              "split_with_sizes", "lift_fresh", "_reshape_alias", "reshape", "numpy_T"}
 TRITON_LAUNCHES = {"decode_attention": 2, "quantize_pack": 1}   # stage 1 + stage 2; one write launch
+COMPILE_SUFFIX = "+compile"
+INDUCTOR_KERNEL_MARK = "cpp_fused"        # in the name of an inductor C++ kernel (on CUDA: a Triton kernel)
+EXTERN_GEMMS = {"aten::mm", "aten::addmm", "aten::bmm"}
 
 
 class OpCounter(TorchDispatchMode):
@@ -77,30 +87,56 @@ def triton_calls_counted(counter: OpCounter):
             setattr(kernels.decode if name == "decode_attention" else kernels.quant, name, fn)
 
 
-def count_step(model, cache) -> Counter:
-    """Ops of the model's forward in the second decode step after the filled cache (the first one warms up;
-    the step's inputs are built before counting starts)."""
-    with torch.inference_mode():
+@contextmanager
+def compiled_pieces_counted(counter: OpCounter):
+    """Inside: every piece `harness.compiled_step` compiles runs outside the counting mode, under the profiler, and
+    counts as the inductor kernels and extern GEMMs it launched (`compiled:<piece>`)."""
+    real = compiled_step._compiled
+
+    def counted(fn):
+        compiled = real(fn)
+
+        def call(*args, **kwargs):
+            with _disable_current_modes(), profile(activities=[ProfilerActivity.CPU]) as prof:
+                out = compiled(*args, **kwargs)
+            launches = [e for e in prof.events() if INDUCTOR_KERNEL_MARK in e.name or e.name in EXTERN_GEMMS]
+            counter.counts[f"compiled:{fn.__qualname__.split('.')[0]}"] += len(launches)
+            return out
+        return call
+
+    compiled_step._compiled = counted
+    try:
+        yield
+    finally:
+        compiled_step._compiled = real
+
+
+def count_step(model, cache, compiled: bool = False) -> Counter:
+    """Ops of the model's forward in the second decode step after the filled cache (the first one warms up and,
+    `compiled`, compiles; the step's inputs are built before counting starts)."""
+    with torch.inference_mode(), compiled_step.compiled_parts(model) if compiled else nullcontext():
         bench.eager_step(model, cache, 1, "cpu")()()
     ids, positions = torch.zeros((1, 1), dtype=torch.long), bench._positions(cache, 1, "cpu")
     counter = OpCounter()
-    with triton_calls_counted(counter), counter, torch.inference_mode():
-        model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
+    with compiled_pieces_counted(counter), triton_calls_counted(counter), torch.inference_mode():
+        with compiled_step.compiled_parts(model) if compiled else nullcontext(), counter:
+            model(input_ids=ids, past_key_values=cache, use_cache=True, **positions)
     return counter.counts
 
 
 def ops_for(model, spec: str, ctx: int, dtype) -> Counter:
-    """spec: a quantizer name, optionally ':model' for rotation_dtype=model."""
+    """spec: a quantizer name, optionally ':model' for rotation_dtype=model, then optionally '+compile'."""
     from transformers import DynamicCache
+    spec, compiled = spec.removesuffix(COMPILE_SUFFIX), spec.endswith(COMPILE_SUFFIX)
     if spec == "bf16":
         cache = DynamicCache(config=model.config)
         bench.fill_dynamic(cache, model.config, 1, ctx, "cpu", dtype)
-        return count_step(model, cache)
+        return count_step(model, cache, compiled)
     quantizer = bench.make_quantizer(spec, model.config)
     with install(model, quantizer, kernels="triton") as seam:
         cache = seam.new_cache()
         bench.fill_three_region(cache, model.config, 1, ctx, "cpu", dtype)
-        return count_step(model, cache)
+        return count_step(model, cache, compiled)
 
 
 def main() -> None:
@@ -113,6 +149,7 @@ def main() -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("Set TRITON_INTERPRET=1: the seam's kernel path runs under the Triton interpreter here.")
     bench.CONFIGS["count"] = dict(bench.CONFIGS["tiny"], num_hidden_layers=args.layers)
+    inductor_config.cpp.enable_kernel_profile = True          # inductor's C++ kernels show in the profiler
     dtype = getattr(torch, args.dtype)
     model = bench.build_model("count", "cpu", dtype)
     print(f"| quantizer | ops per step ({args.layers} layers, {args.dtype}, ctx {args.ctx}) | per layer | top ops |")
@@ -120,7 +157,7 @@ def main() -> None:
     for spec in args.quantizers.split(","):
         counts = ops_for(model, spec, args.ctx, dtype)
         total = sum(counts.values())
-        top = ", ".join(f"{k} {v}" for k, v in counts.most_common(8))
+        top = ", ".join(f"{k} {v}" for k, v in counts.most_common(10))
         print(f"| {spec} | {total} | {total / args.layers:.2f} | {top} |", flush=True)
 
 
