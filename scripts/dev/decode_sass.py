@@ -56,21 +56,16 @@ def runtime_arguments() -> dict:
                 stride_fb=KV_HEADS * FP_ROWS * HEAD_DIM, stride_fh=FP_ROWS * HEAD_DIM, stride_fn=HEAD_DIM)
 
 
-def compile_stage1(cfg: DecodeConfig):
-    """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
-    constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
-                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, WARP_TILES=cfg.warp_tiles,
-                      TOKEN_PAIRS=cfg.warp_tiles and cfg.token_pairs and HEAD_DIM * BITS // 8 == 16,
-                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if cfg.warp_tiles else ROW_BLOCK,
-                      BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
-    scalars = runtime_arguments()
-    names = list(inspect.signature(_decode_stage1_kernel.fn).parameters)
+def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dict, options: dict):
+    """triton.compile of `kernel` for sm_90a, specialized as a runtime launch with these arguments specializes it:
+    pointers and integer multiples of 16 marked divisible by 16, integers equal to 1 folded to constants."""
+    names = list(inspect.signature(kernel.fn).parameters)
     signature, folded, attrs = {}, {}, {}
     for i, name in enumerate(names):
         if name in constexprs:
             signature[name], folded[(i,)] = "constexpr", constexprs[name]
-        elif name in POINTER_TYPES:
-            signature[name], attrs[(i,)] = POINTER_TYPES[name], [["tt.divisibility", 16]]
+        elif name in pointer_types:
+            signature[name], attrs[(i,)] = pointer_types[name], [["tt.divisibility", 16]]
         elif isinstance(scalars[name], float):
             signature[name] = "fp32"
         elif scalars[name] == 1:
@@ -79,10 +74,20 @@ def compile_stage1(cfg: DecodeConfig):
             signature[name] = "i32"
             if scalars[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(kernel, signature, constexprs=folded, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_stage1(cfg: DecodeConfig):
+    """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
+    constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
+                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, WARP_TILES=cfg.warp_tiles,
+                      TOKEN_PAIRS=cfg.warp_tiles and cfg.token_pairs and HEAD_DIM * BITS // 8 == 16,
+                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if cfg.warp_tiles else ROW_BLOCK,
+                      BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-    src = ASTSource(_decode_stage1_kernel, signature, constexprs=folded, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
 
 
 def cuda_tool(tool: str, cubin: bytes, *flags: str) -> str:

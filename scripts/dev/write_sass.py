@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import inspect
 import os
 import sys
 from dataclasses import replace
@@ -26,14 +25,11 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "0"      # compile only (nothing runs), so the interpreter must stay off
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_sass import cuda_tool, opcodes, registers, shared_memory_ops  # noqa: E402
+from decode_sass import compile_for_h100, cuda_tool, opcodes, registers, shared_memory_ops  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 from kernels.quant import CLIP_METHODS, _quantize_pack_kernel, default_write_tile, launch_constants  # noqa: E402
 
@@ -57,25 +53,8 @@ def compile_write(rotate: bool, block_t: int, num_warps: int, clip_method: str):
     constexprs = launch_constants(HEAD_DIM, spec, torch.bfloat16, rotate=rotate, rotation_fp32=False, interpret=False,
                                   block_t=block_t,
                                   clip_method=None if clip_method == NO_CLIP else clip_method)
-    scalars = runtime_arguments()
-    names = list(inspect.signature(_quantize_pack_kernel.fn).parameters)
-    signature, folded, attrs = {}, {}, {}
-    for i, name in enumerate(names):
-        if name in constexprs:
-            signature[name], folded[(i,)] = "constexpr", constexprs[name]
-        elif name in POINTER_TYPES:
-            signature[name], attrs[(i,)] = POINTER_TYPES[name], [["tt.divisibility", 16]]
-        elif isinstance(scalars[name], float):
-            signature[name] = "fp32"
-        elif scalars[name] == 1:
-            signature[name], folded[(i,)] = "constexpr", 1
-        else:
-            signature[name] = "i32"
-            if scalars[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(_quantize_pack_kernel, signature, constexprs=folded, attrs=attrs)
     options = dict(num_warps=num_warps, enable_fp_fusion=False)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return compile_for_h100(_quantize_pack_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
 
 
 def variants(tiles: list[tuple[int, int]], methods: list[str]) -> list[tuple[bool, int, int, str]]:
