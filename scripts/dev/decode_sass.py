@@ -1,8 +1,10 @@
-"""Compile the INT2 decode kernel (stage 1) for an H100 offline and count the SASS of its history loop.
+"""Compile the decode kernel (stage 1) for an H100 offline and count the SASS of its history loop.
 
 No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
 
-    python scripts/dev/decode_sass.py   # the bench's batch-8 shape: both history loops, with and without asm_unpack
+    python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
+    python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
+    python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): its default
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -22,7 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"      # compile only (nothing runs), so the interpreter must stay off
@@ -33,27 +35,52 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.decode import (LOG2E, ROW_BLOCK, TOKEN, WARP_TILE_ROWS, DecodeConfig, _decode_stage1_kernel,  # noqa: E402
-                            default_config)
+from kernels.decode import (CHANNEL, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
+                            DecodeConfig, _decode_stage1_kernel, default_config)
 
-BATCH, Q_HEADS, KV_HEADS, HEAD_DIM, HIST, FP_ROWS, BITS = 8, 32, 8, 128, 32448, 320, 2
+KV_HEADS, HIST, FP_ROWS, BITS = 8, 32448, 320, 2
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One stored layout at one attention shape: head_dim, query heads, (scale, zero) groups of K and V."""
+
+    head_dim: int = 128
+    q_heads: int = 32
+    k_group: int = 128               # coordinates per token group (token axis) or tokens per group (channel axis)
+    v_group: int = 128
+    k_channel: bool = False          # KIVI's keys: one (scale, zero) per channel per k_group tokens
+
+    def codes(self, group: int, channel: bool) -> int:
+        """The kernel's layout code of one side."""
+        return CHANNEL if channel else (TOKEN if group == self.head_dim else TOKEN_GROUPED)
+
+    @property
+    def per_token(self) -> bool:
+        return not self.k_channel
+
+
+LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64),
+           "kivi2": Layout(k_group=32, v_group=32, k_channel=True)}
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
                  "vs_ptr": "*fp16", "vz_ptr": "*fp16", "fk_ptr": "*bf16", "fv_ptr": "*bf16", "hist_len_ptr": "*i32",
                  "fp_len_ptr": "*i32", "hist_start_ptr": "*i32", "fp_start_ptr": "*i32", "part_o_ptr": "*fp32",
                  "part_lse_ptr": "*fp32"}
 
 
-def runtime_arguments() -> dict:
+def runtime_arguments(layout: Layout) -> dict:
     """Scalar arguments of the batch-8 INT2 launch ([B, H, T, D] contiguous tensors as bench_kernels builds them)."""
-    nb = HEAD_DIM * BITS // 8
-    return dict(qk_scale=HEAD_DIM ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=Q_HEADS // KV_HEADS,
+    d, q_heads, nb = layout.head_dim, layout.q_heads, layout.head_dim * BITS // 8
+    k_rows, k_cols = (HIST // layout.k_group, d) if layout.k_channel else (HIST, d // layout.k_group)
+    v_cols = d // layout.v_group
+    return dict(qk_scale=d ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=q_heads // KV_HEADS,
                 n_hist_splits=16, n_fp_splits=1,
-                stride_qb=Q_HEADS * HEAD_DIM, stride_qh=HEAD_DIM, stride_qt=HEAD_DIM,
+                stride_qb=q_heads * d, stride_qh=d, stride_qt=d,
                 stride_kcb=KV_HEADS * HIST * nb, stride_kch=HIST * nb, stride_kcn=nb,
-                stride_ksb=KV_HEADS * HIST, stride_ksh=HIST, stride_ksn=1,
+                stride_ksb=KV_HEADS * k_rows * k_cols, stride_ksh=k_rows * k_cols, stride_ksn=k_cols,
                 stride_vcb=KV_HEADS * HIST * nb, stride_vch=HIST * nb, stride_vcn=nb,
-                stride_vsb=KV_HEADS * HIST, stride_vsh=HIST, stride_vsn=1,
-                stride_fb=KV_HEADS * FP_ROWS * HEAD_DIM, stride_fh=FP_ROWS * HEAD_DIM, stride_fn=HEAD_DIM)
+                stride_vsb=KV_HEADS * HIST * v_cols, stride_vsh=HIST * v_cols, stride_vsn=v_cols,
+                stride_fb=KV_HEADS * FP_ROWS * d, stride_fh=FP_ROWS * d, stride_fn=d)
 
 
 def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dict, options: dict):
@@ -78,16 +105,19 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_stage1(cfg: DecodeConfig):
+def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
-    constexprs = dict(GROUP=Q_HEADS // KV_HEADS, D=HEAD_DIM, K_BITS=BITS, V_BITS=BITS, K_LAYOUT=TOKEN,
-                      V_LAYOUT=TOKEN, K_GROUP=HEAD_DIM, V_GROUP=HEAD_DIM, WARP_TILES=cfg.warp_tiles,
-                      TOKEN_PAIRS=cfg.warp_tiles and cfg.token_pairs and HEAD_DIM * BITS // 8 == 16,
-                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if cfg.warp_tiles else ROW_BLOCK,
+    d = layout.head_dim
+    warp_tiles = cfg.warp_tiles and layout.per_token
+    constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=BITS, V_BITS=BITS,
+                      K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
+                      V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
+                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16,
+                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if warp_tiles else ROW_BLOCK,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
-    return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
+    return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
 
 
 def cuda_tool(tool: str, cubin: bytes, *flags: str) -> str:
@@ -131,28 +161,41 @@ def history_loop(lines: list[str]) -> list[str]:
     return best
 
 
-def variants() -> list[DecodeConfig]:
-    """Row-major loop (128-token tiles) and warp tiles (the default here), each without and with asm_unpack."""
-    default = default_config(HEAD_DIM, on_gpu=True)
+def variants(name: str) -> list[DecodeConfig]:
+    """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
+    int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop)."""
+    layout = LAYOUTS[name]
+    default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
+    if name == "int2-d64":
+        return [default, replace(default, token_pairs=False)]
+    if name == "kivi2":
+        return [default]
     row_major = replace(default, warp_tiles=False, block_n=128)
     return [replace(cfg, asm_unpack=asm) for cfg in (row_major, default) for asm in (False, True)]
+
+
+def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
+    if not (cfg.warp_tiles and layout.per_token):
+        return "row-major"
+    return "warp tiles, pairs" if cfg.token_pairs and layout.head_dim * BITS // 8 == 16 else "warp tiles"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
+    parser.add_argument("--layout", default="int2", choices=sorted(LAYOUTS))
     args = parser.parse_args()
+    layout = LAYOUTS[args.layout]
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
           "| leading opcodes | shared memory and barriers |")
     print("|---|---|---|---|---|---|---|---|")
-    for cfg in variants():
-        cubin = compile_stage1(cfg).asm["cubin"]
+    for cfg in variants(args.layout):
+        cubin = compile_stage1(cfg, layout).asm["cubin"]
         lines = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
         loop = opcodes(lines)
         counts = collections.Counter(loop).most_common(args.top)
         shared = ", ".join(f"{op} {n}" for op, n in shared_memory_ops(lines).most_common())
-        name = "warp tiles" if cfg.warp_tiles else "row-major"
-        print(f"| {name} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
+        print(f"| {loop_name(cfg, layout)} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
               f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + f" | {shared} |",
               flush=True)
 
