@@ -5,15 +5,15 @@
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
-group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2 KIVI's per-channel keys (groups of 32 tokens) with per-token
-value groups of 32, turboquant_k3v3 vLLM's 3-bit tight rows with an fp16 key norm. The history is random stored
-parts of the format's shapes (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent
-segment of 64 + 256 rows as bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2
-(bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the same run. "of copy" divides the bytes the call
-must move (every stored part, the BF16 segment, q and out) by the device-to-device copy bandwidth measured in the
-run. Correctness of each kernel against its reference is the GPU run of the kernel tests (tests/test_kernels_decode.py,
-tests/test_turboquant_kernels.py with TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to
-$OUT/bench_formats.json; the Markdown table is printed last.
+group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
+KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
+rows with an fp16 key norm. The history is random stored parts of the format's shapes (`part_shapes`: random code
+bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as bench_kernels.py uses; timings are
+CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the
+same run. "of copy" divides the bytes the call must move (every stored part, the BF16 segment, q and out) by the
+device-to-device copy bandwidth measured in the run. Correctness of each kernel against its reference is the GPU
+run of the kernel tests (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0),
+not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last.
 """
 from __future__ import annotations
 
@@ -102,7 +102,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
 def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
              f"(read + write); {KV_HEADS} KV heads, one query token.", "",
-             "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |", "|---|---|---|---|---|---|---|---|"]
+             "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         key = f"| {r['head_dim']} | {r['group']} | {r['batch']} | {r['ctx']} | {r['format']} |"
         if "error" in r:

@@ -1,4 +1,5 @@
-"""Triton decode attention (package: common, packed, warp_tiles, pairs, fp_segment, stage1, merge, launch, reference) over a packed low-bit history plus a full-precision segment.
+"""Triton decode attention over a packed low-bit history plus a full-precision segment (package: common, packed,
+warp_tiles, pairs, fp_segment, stage1, merge, launch, reference).
 
 Two launches (flash-decoding):
 * stage 1, grid `(S_hist + S_fp, B * H_kv, row blocks)`: program (s, b*H_kv + h, r) owns query rows

@@ -30,7 +30,7 @@ class DecodeConfig:
     merge_block: int = 16     # splits merged per iteration of stage 2
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
-    warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows per KV head, else 16)
+    warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -51,9 +51,9 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     10 % -> 48 % of copy at 32 / 100k, sweep_decode_shapes.md).
 
     per_token: both K and V are per-token layouts of whole-field groups (`per_token_layouts`), the ones warp tiles
-    serve. Other layouts (KIVI's per-channel keys, token groups narrower than a field) take the row-major loop, whose large-grid tile
-    stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline buffers need
-    323 KB of shared memory at head_dim 128 (H100: 227 KB).
+    serve. Other layouts (KIVI's per-channel keys, token groups narrower than a field) take the row-major loop,
+    whose large-grid tile stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline
+    buffers need 323 KB of shared memory at head_dim 128 (H100: 227 KB).
 
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
@@ -242,7 +242,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
             WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
-            BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack, num_warps=cfg.num_warps,
+            BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
+            num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1)
