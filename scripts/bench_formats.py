@@ -7,7 +7,8 @@ Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
 group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
-rows with an fp16 key norm. The history is random stored parts of the format's shapes (`part_shapes`: random code
+rows with an fp16 key norm; kivi2_tiles is kivi2 on `DecodeConfig.channel_key_tiles` (one 32-token key group per
+warp, not the default yet). The history is random stored parts of the format's shapes (`part_shapes`: random code
 bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as bench_kernels.py uses; timings are
 CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the
 same run. "of copy" divides the bytes the call must move (every stored part, the BF16 segment, q and out) by the
@@ -22,6 +23,7 @@ import datetime
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -31,8 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, graph_ms,  # noqa: E402
                            sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
+from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
 
-FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3"}
+FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
+           "kivi2_tiles": "kivi2"}
+LAUNCH_CHANGES = {"kivi2_tiles": dict(warp_tiles=True, channel_key_tiles=True, asm_unpack=False)}  # of the default
 
 
 def random_parts(ops, shape: list[int], spec) -> tuple[torch.Tensor, ...]:
@@ -76,6 +81,10 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape):
     starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
     args = (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
+    if fmt in LAUNCH_CHANGES:
+        small = is_small_grid(batch * heads, torch.cuda.get_device_properties(0).multi_processor_count)
+        default = default_config(d, True, small, per_token_layouts(quantizer.key_spec, quantizer.value_spec, d))
+        spec_kw["config"] = replace(default, **LAUNCH_CHANGES[fmt])
     return lambda: ops.decode_attention(*args, **spec_kw)
 
 

@@ -135,6 +135,39 @@ def test_grouped_token_layouts_take_warp_tiles_and_match_reference(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+KIVI_TILES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits): per-channel keys, groups of 32
+    "kivi2-d128-splits3": (2, 8, 2, 1, 128, 992, 13, QuantSpec(bits=2, group=32, axis="channel"),
+                           QuantSpec(bits=2, group=32), 3),
+    "kivi2-d64-g3": (3, 6, 2, 1, 64, 320, 9, QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32),
+                     None),
+    "kivi4-d128-tq2": (1, 8, 2, 2, 128, 256, 7, QuantSpec(bits=4, group=32, axis="channel"),
+                       QuantSpec(bits=4, group=128), 2),
+}
+
+
+@pytest.mark.parametrize("name", KIVI_TILES)
+def test_channel_key_tiles_match_reference(name):
+    """DecodeConfig.channel_key_tiles: KIVI's per-channel keys on warp tiles, one 32-token key group per warp (the
+    group's channel scales folded into the query), with histories that start and end inside a group (left
+    padding) and splits whose bounds cut groups, match the reference."""
+    *shape, num_splits = KIVI_TILES[name]
+    args, kw = make_inputs(*shape)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, channel_key_tiles=True)
+    assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], shape[4])
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_channel_key_tiles_need_one_key_group_per_warp():
+    """A key group of 32 tokens needs 32-token warp sub-tiles; off unless asked for (not yet timed on a GPU)."""
+    kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
+    cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True, channel_key_tiles=True)
+    assert uses_warp_tiles(cfg, kivi_k, kivi_v, 128)
+    assert not uses_warp_tiles(replace(cfg, block_n=256), kivi_k, kivi_v, 128)
+    assert not uses_warp_tiles(replace(cfg, channel_key_tiles=False), kivi_k, kivi_v, 128)
+    assert not uses_warp_tiles(cfg, kivi_k, kivi_v, 256)          # value groups of 32 split head_dim 256's fields
+
+
 def test_groups_narrower_than_a_field_take_the_row_major_loop():
     """INT2 groups of 16 at head_dim 128 split a 32-coordinate field: not a per-token layout for warp tiles."""
     assert not per_token_layouts(QuantSpec(bits=2, group=16), INT2[128], 128)

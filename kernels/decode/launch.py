@@ -31,6 +31,7 @@ class DecodeConfig:
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
+    channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -126,10 +127,20 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
     return _whole_field_groups(k_spec, head_dim) and _whole_field_groups(v_spec, head_dim)
 
 
+def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """Per-channel keys whose token group is exactly one warp's sub-tile (BLOCK_N / num_warps, >= 16: the MMA's M),
+    beside values in per-token whole-field groups: KIVI's layout on warp tiles (`DecodeConfig.channel_key_tiles`,
+    kernels/decode/channel_keys.py). Off by default until timed on a GPU."""
+    return (cfg.channel_key_tiles and k_spec.axis == "channel" and k_spec.group == cfg.block_n // cfg.num_warps
+            and k_spec.group >= 16 and _whole_field_groups(v_spec, head_dim))
+
+
 def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """DecodeConfig.warp_tiles applies to per-token layouts with >= 16 tokens per warp and tile (the MMA's M for
-    the scores, its K for the values); other launches take the row-major history loop."""
-    return cfg.warp_tiles and cfg.block_n // cfg.num_warps >= 16 and per_token_layouts(k_spec, v_spec, head_dim)
+    the scores, its K for the values), and to `channel_key_layouts`; other launches take the row-major loop."""
+    if not cfg.warp_tiles or cfg.block_n // cfg.num_warps < 16:
+        return False
+    return per_token_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
 
 
 def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Tensor, k_spec: QuantSpec,

@@ -63,19 +63,11 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     V_FIELDS: tl.constexpr = VP // VG
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
-    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     q_sums = _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D, KG, FP16)
     q_t = ()
     for f in tl.static_range(KP):
         q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
-    m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
-    l_i = tl.zeros((WARPS, R), tl.float32)
-    pz_sum = ()                                                                     # sum P'_g * zero_g per group
-    for g in tl.static_range(VG):
-        pz_sum = pz_sum + (tl.zeros((WARPS, R), tl.float32),)
-    acc = ()
-    for f in tl.static_range(VP):
-        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)                          # [WARPS, VB, R] per field
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, VB, VP, VG)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
     vb = tl.arange(0, VB)
@@ -103,28 +95,66 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
             else:
                 qk = qk + scores
         qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)                                               # [WARPS, R]
-        p = tl.exp2(qk - m_safe[:, None, :])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=mask_n[:, None, :],
                          other=0)                                                   # [WARPS, VB, BLOCK_W]
-        pv = ()
-        new_pz = ()
-        for g in tl.static_range(VG):
-            s, z = _split_meta(v_meta[g])
-            pv_g = (p * s[:, :, None]).to(dtype)                                    # [WARPS, BLOCK_W, R]
-            pv = pv + (pv_g,)
-            new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
-        pz_sum = new_pz
-        new_acc = ()
-        for f in tl.static_range(VP):
-            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                    # [WARPS, VB, BLOCK_W]
-            new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
-        acc = new_acc
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, V_FIELDS, FP16, ASM)
         k_meta, v_meta = k_next, v_next
+    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_FIELDS)
+
+
+@triton.jit
+def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, VB: tl.constexpr, VP: tl.constexpr, VG: tl.constexpr):
+    """The (warp, query row) softmax streams before any token: running max -inf and sum 0 [WARPS, R], per value
+    group sum P' * zero [WARPS, R], per value field accumulator [WARPS, VB, R]."""
+    pz_sum = ()
+    for g in tl.static_range(VG):
+        pz_sum = pz_sum + (tl.zeros((WARPS, R), tl.float32),)
+    acc = ()
+    for f in tl.static_range(VP):
+        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)
+    return tl.full((WARPS, R), float("-inf"), tl.float32), tl.zeros((WARPS, R), tl.float32), pz_sum, acc
+
+
+@triton.jit
+def _warp_softmax_step(qk, m_i, l_i):
+    """One online-softmax step of every (warp, query row) stream: qk [WARPS, BLOCK_W, R] (masked -inf) ->
+    p, alpha [WARPS, R], the new running max and sum."""
+    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)                                                   # [WARPS, R]
+    p = tl.exp2(qk - m_safe[:, None, :])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS: tl.constexpr, V_FIELDS: tl.constexpr,
+                FP16: tl.constexpr, ASM: tl.constexpr):
+    """acc_f = alpha * acc_f + V_f^T @ P'_g (P'_g = p x group g's value scale, fp16) for every field of one
+    transposed value tile packed [WARPS, VB, BLOCK_W]; pz_sum_g = alpha * pz_sum_g + sum P'_g * zero_g."""
+    VP: tl.constexpr = 8 // V_BITS
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    pv = ()
+    new_pz = ()
+    for g in tl.static_range(VP // V_FIELDS):
+        s, z = _split_meta(v_meta[g])
+        pv_g = (p * s[:, :, None]).to(dtype)                                        # [WARPS, BLOCK_W, R]
+        pv = pv + (pv_g,)
+        new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
+    new_acc = ()
+    for f in tl.static_range(VP):
+        v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                        # [WARPS, VB, BLOCK_W]
+        new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
+    return new_acc, new_pz
+
+
+@triton.jit
+def _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
+                        V_BITS: tl.constexpr, V_FIELDS: tl.constexpr):
+    """Merge the [WARPS, R] softmax streams of each query row; store the normalized o and the lse."""
+    VP: tl.constexpr = 8 // V_BITS
+    VB: tl.constexpr = D // VP
+    vb = tl.arange(0, VB)
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))

@@ -4,7 +4,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
-    python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): its default
+    python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -108,7 +108,7 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
 def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
     d = layout.head_dim
-    warp_tiles = cfg.warp_tiles and layout.per_token
+    warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
     constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=BITS, V_BITS=BITS,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
@@ -163,18 +163,21 @@ def history_loop(lines: list[str]) -> list[str]:
 
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
-    int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop)."""
+    int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
+    tiles (one 32-token key group per warp)."""
     layout = LAYOUTS[name]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
         return [default, replace(default, token_pairs=False)]
     if name == "kivi2":
-        return [default]
+        return [default, replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)]
     row_major = replace(default, warp_tiles=False, block_n=128)
     return [replace(cfg, asm_unpack=asm) for cfg in (row_major, default) for asm in (False, True)]
 
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
+    if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
+        return "warp tiles, channel keys"
     if not (cfg.warp_tiles and layout.per_token):
         return "row-major"
     return "warp tiles, pairs" if cfg.token_pairs and layout.head_dim * BITS // 8 == 16 else "warp tiles"

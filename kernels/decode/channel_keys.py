@@ -1,0 +1,85 @@
+"""Warp tiles for per-channel keys (KIVI: one (scale, zero) per channel for each group of K_GROUP tokens) beside
+per-token values, with one key group per warp sub-tile (`DecodeConfig.channel_key_tiles`).
+
+A group's channel scales multiply the query instead of the codes, so the codes stay FIELD_TINY MMA operands:
+    q.k_n = sum_c q_c s_gc (c_nc - z_gc) = (q * s_g) . c_n - sum_c q_c s_gc z_gc        (g: token n's group)
+Each warp's sub-tile is exactly one group (BLOCK_N / WARPS = K_GROUP tokens, tiles aligned to groups), so the
+B operand of its score MMA is q_f * s_g,f [KB, R] and its bias one [R] vector. The values and the epilogue are
+warp_tiles.py's.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.decode.common import FIELD_TINY, TINY_SCALE
+from kernels.decode.packed import _field, _query_fields
+from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, \
+    _warp_softmax_step
+
+
+@triton.jit
+def _channel_scaled_query(q_t, s_ptr, z_ptr, groups, group_ok, stride_n, f: tl.constexpr, KB: tl.constexpr,
+                          BITS: tl.constexpr, FP16: tl.constexpr):
+    """Field f's query scaled by each warp's key-group channel scales -> (B operand [WARPS, KB, R] in the dot dtype,
+    bias [WARPS, R] = sum over the field's channels of q_c s_gc z_gc). q_t [KB, R] is field f of `_query_fields`
+    transposed (q times 2^(-f*BITS), an exact power of two)."""
+    c = f * KB + tl.arange(0, KB)
+    ptrs = groups[:, None] * stride_n + c[None, :]                                   # [WARPS, KB]
+    s = tl.load(s_ptr + ptrs, mask=group_ok[:, None], other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + ptrs, mask=group_ok[:, None], other=0.0).to(tl.float32)
+    scaled = q_t.to(tl.float32)[None, :, :] * s[:, :, None]                          # [WARPS, KB, R]
+    bias = tl.sum(scaled * z[:, :, None], axis=1) * (1 << (f * BITS))                # [WARPS, R]
+    return scaled.to(tl.float16 if FP16 else tl.float32), bias
+
+
+@triton.jit
+def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                               start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr,
+                               part_lse_ptr, slot, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
+                               V_GROUP: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr,
+                               FP16: tl.constexpr, ASM: tl.constexpr):
+    """Tokens [start, end) of one KV head in group-aligned tiles of BLOCK_N tokens, warp w owning key group
+    n0 / BLOCK_W + w (tokens outside [start, end) masked); stores o and lse like the other history loops."""
+    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    KP: tl.constexpr = 8 // K_BITS
+    VP: tl.constexpr = 8 // V_BITS
+    KB: tl.constexpr = D // KP
+    VB: tl.constexpr = D // VP
+    VG: tl.constexpr = D // V_GROUP
+    BLOCK_W: tl.constexpr = BLOCK_N // WARPS                                         # tokens per key group
+    R: tl.constexpr = row_ok.shape[0]
+    q_t = ()
+    for f in tl.static_range(KP):
+        q_t = q_t + (tl.trans(qf[f]),)                                               # [KB, R]
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, VB, VP, VG)
+    sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]    # [WARPS, BLOCK_W]
+    kb = tl.arange(0, KB)
+    vb = tl.arange(0, VB)
+    first = start - start % BLOCK_W
+    v_meta = _group_meta(vs_ptr, vz_ptr, first + sub, first + sub < end, stride_vsn, VG)
+    for n0 in range(first, end, BLOCK_N):
+        offs_n = n0 + sub
+        stored = offs_n < end
+        v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
+        groups = n0 // BLOCK_W + tl.arange(0, WARPS)                                 # [WARPS]
+        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=stored[:, :, None],
+                         other=0)                                                    # [WARPS, BLOCK_W, KB]
+        for f in tl.static_range(KP - 1, -1, -1):
+            q_s, bias_f = _channel_scaled_query(q_t[f], ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn,
+                                                f, KB, K_BITS, FP16)
+            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            if f == KP - 1:
+                dots = tl.dot(k, q_s)
+                bias = bias_f
+            else:
+                dots = tl.dot(k, q_s, dots)                                          # [WARPS, BLOCK_W, R]
+                bias = bias + bias_f
+        qk = dots * TINY_SCALE - bias[:, None, :]
+        qk = tl.where(((offs_n >= start) & stored)[:, :, None], qk, float("-inf"))
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
+        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=stored[:, None, :],
+                         other=0)                                                    # [WARPS, VB, BLOCK_W]
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
+        v_meta = v_next
+    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
