@@ -20,8 +20,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
+from kernels.decode.common import FIELD_TINY, TINY_SCALE
 from kernels.decode.packed import _field, _query_fields
+from kernels.decode.warp_tiles import _empty_streams, _store_warp_streams, _warp_softmax_step
 
 
 @triton.jit
@@ -102,12 +103,7 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                                    (WARPS, 2 * KB, 2 * R)),)                           # [WARPS, 2KB, 2R]
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
     column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
-    m_i = tl.full((WARPS, 2 * R), float("-inf"), tl.float32)
-    l_i = tl.zeros((WARPS, 2 * R), tl.float32)
-    pz_sum = tl.zeros((WARPS, 2 * R), tl.float32)                                    # sum P' * zero
-    acc = ()
-    for f in tl.static_range(VP):
-        acc = acc + (tl.zeros((WARPS, 2 * VB, 2 * R), tl.float32),)                  # [WARPS, 2VB, 2R] per field
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, 2 * R, 2 * VB, VP, 1)             # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
     vb = tl.arange(0, 2 * VB)
@@ -130,17 +126,12 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         qk = _fold_key_meta(qk, q_sum2, k_meta, R)
         token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
         qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)                                                # [WARPS, 2R]
-        p = tl.exp2(qk - m_safe[:, None, :])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                        # alpha: [WARPS, 2R]
         v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
         packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
                          other=0)                                                    # [WARPS, 2VB, PW]
         pv, pvz = _scale_probs(p, v_meta, R)                                         # [WARPS, PW, 2R] each
-        pz_sum = pz_sum * alpha + tl.sum(pvz, axis=1)
+        pz_sum = (pz_sum[0] * alpha + tl.sum(pvz, axis=1),)
         pv = pv.to(dtype)
         new_acc = ()
         for f in tl.static_range(VP):
@@ -154,16 +145,11 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
 @triton.jit
 def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
                         V_BITS: tl.constexpr, W: tl.constexpr, R: tl.constexpr, VB: tl.constexpr):
-    """Merge the 2 * W (warp, parity) softmax streams of each query row; store the normalized o and the lse."""
-    m_s = _unpair_streams(m_i, W, R)                                                 # [2W, R]
-    m = tl.max(m_s, axis=0)                                                          # [R]
-    weight = tl.exp2(m_s - tl.where(m == float("-inf"), 0.0, m)[None, :])            # [2W, R]
-    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(_unpair_streams(l_i, W, R) * weight, axis=0))
-    pz = tl.sum(_unpair_streams(pz_sum, W, R) * weight, axis=0)                      # [R]
-    vb = tl.arange(0, VB)
+    """The 2 * W (warp, parity) streams as warp_tiles.py's [2W, R] streams (the diagonal blocks of the value
+    accumulators), merged and stored by its epilogue."""
     VP: tl.constexpr = 8 // V_BITS
+    streams = ()
     for f in tl.static_range(VP):
-        streams = _diagonal_blocks(acc[f], W, VB, R)                                 # [2W, VB, R]
-        out = tl.sum(streams * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
-        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
-                 mask=row_ok[None, :])
+        streams = streams + (_diagonal_blocks(acc[f], W, VB, R),)                    # [2W, VB, R]
+    _store_warp_streams(_unpair_streams(m_i, W, R), _unpair_streams(l_i, W, R), (_unpair_streams(pz_sum[0], W, R),),
+                        streams, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP)
