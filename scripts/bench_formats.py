@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, graph_ms,  # noqa: E402
-                           sdpa_call)
+from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, decode_args,  # noqa: E402
+                           graph_ms, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
 
@@ -74,12 +74,7 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape):
     d, heads, n_hist = shape.head_dim, shape.kv_heads, ctx - SINK - RECENT
     k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec)
     v_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.value_spec)
-    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
-    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    hist_len = torch.full((batch,), n_hist, dtype=torch.int32, device="cuda")
-    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
-    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
-    args = (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
+    args = decode_args(batch, ctx, shape, k_parts, v_parts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
     if fmt in LAUNCH_CHANGES:
         small = is_small_grid(batch * heads, torch.cuda.get_device_properties(0).multi_processor_count)

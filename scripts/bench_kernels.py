@@ -103,22 +103,28 @@ def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
     return 2 * n_bytes / ms / 1e9
 
 
+def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:
+    """decode_attention's positional arguments around a history's stored parts: q, the BF16 sink + recent segment
+    (SINK + RECENT rows), per-sequence lengths of ctx - SINK - RECENT history rows, zero starts."""
+    heads, d = shape.kv_heads, shape.head_dim
+    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    hist_len = torch.full((batch,), ctx - SINK - RECENT, dtype=torch.int32, device="cuda")
+    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
+    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    return (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
+
+
 def decode_inputs(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B):
     """Random packed cache + fp segment + q for one (batch, ctx, bits) point -> (args, spec, bytes)."""
     heads, d = shape.kv_heads, shape.head_dim
     spec = QuantSpec(bits=bits, group=d)
-    n_hist = ctx - SINK - RECENT
-    meta_shape = (batch, heads, n_hist)
-    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
-    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    codes = [torch.randint(0, 256, (*meta_shape, d * bits // 8), dtype=torch.uint8, device="cuda") for _ in range(2)]
-    scale = [(torch.rand(*meta_shape, 1, device="cuda") * 0.2 + 0.05).half() for _ in range(2)]
-    zero = [(torch.rand(*meta_shape, 1, device="cuda") * (2 ** bits - 1)).half() for _ in range(2)]
-    hist_len = torch.full((batch,), n_hist, dtype=torch.int32, device="cuda")
-    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
-    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
-    args = (q, codes[0], scale[0], zero[0], codes[1], scale[1], zero[1], fp_k, fp_v, hist_len, fp_len, starts, starts)
-    nbytes = sum(t.numel() * t.element_size() for t in args[1:9]) + 2 * q.numel() * q.element_size()
+    meta_shape = (batch, heads, ctx - SINK - RECENT)
+    parts = [(torch.randint(0, 256, (*meta_shape, d * bits // 8), dtype=torch.uint8, device="cuda"),
+              (torch.rand(*meta_shape, 1, device="cuda") * 0.2 + 0.05).half(),
+              (torch.rand(*meta_shape, 1, device="cuda") * (2 ** bits - 1)).half()) for _ in range(2)]
+    args = decode_args(batch, ctx, shape, *parts)
+    nbytes = sum(t.numel() * t.element_size() for t in args[1:9]) + 2 * args[0].numel() * args[0].element_size()
     return args, spec, nbytes
 
 
