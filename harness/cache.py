@@ -235,7 +235,7 @@ class ThreeRegionLayer(DynamicLayer):
         only then, and only when the sequences differ.
         """
         if self.static is not None:
-            return self.static.lengths
+            return self.static.lengths_on(device)
         self.observe_padding(attention_mask)
         batch, n_fp = self.keys.shape[0], self.keys.shape[-2]
         _, hist, _ = self.regions()

@@ -13,6 +13,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from harness.decode_clock import ClockProcessor, DecodeClock
 from harness.sampling import ChooserProcessor, TokenChooser, check_sampling, example_seeds
 from harness.static_cache import static_decode_refusal, static_generate
 
@@ -44,14 +45,19 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
 
     static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of harness.static_cache;
     refused with one sentence where it cannot serve), auto (it where it can, generate elsewhere).
-    paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance).
+    paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance) and keeps
+    under "clock" a harness.decode_clock.DecodeClock of their prefills and decode steps.
     compile_step: the static path's steps run the model's RMSNorms, MLPs and RoPE compiled (harness.compiled_step).
+    The static path replays each step as a CUDA graph when the model sits on one GPU; a model split over several
+    decodes its frozen cache in eager steps (a graph captures one device).
     """
     if static_decode not in STATIC_MODES:
         raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
     check_sampling(sampling)
     outputs: list[str] = [""] * len(examples)
     device = next(model.parameters()).device
+    graph = device.type == "cuda" and len({p.device for p in model.parameters()}) == 1
+    clock = paths.setdefault("clock", DecodeClock()) if paths is not None else None
     started = time.time()
     with tqdm(total=len(examples), desc=desc, unit="ex", dynamic_ncols=True) as bar:
         for batch in _batches(examples, batch_size):
@@ -67,13 +73,12 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
                 paths[path] = paths.get(path, 0) + 1
             if refusal is None:
                 new_tokens = static_generate(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
-                                             graph=device.type == "cuda", choose=chooser,
-                                             stopped=stop_watcher(tokenizer, stop),
-                                             compile_step=compile_step)
+                                             graph=graph, choose=chooser, stopped=stop_watcher(tokenizer, stop),
+                                             compile_step=compile_step, clock=clock)
             elif static_decode == "on":
                 raise ValueError(refusal)
             else:
-                new_tokens = _generate(model, tokenizer, enc, cache, max_new, chooser, stop)
+                new_tokens = _generate(model, tokenizer, enc, cache, max_new, chooser, stop, clock)
             for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
                 outputs[i] = truncate_at_stop(text, stop)
             bar.update(len(batch))
@@ -81,18 +86,23 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
     return outputs
 
 
-def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, chooser: TokenChooser, stop) -> torch.Tensor:
+def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, chooser: TokenChooser, stop,
+              clock: DecodeClock | None = None) -> torch.Tensor:
     """transformers' generate through the seam's cache -> the new tokens [B, <= max_new_tokens].
 
     generate decodes greedily over the chooser's scores, so a sampling chooser picks every token.
     """
     gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, do_sample=False)
-    if chooser.sample:
-        gen_kwargs["logits_processor"] = [ChooserProcessor(chooser)]
+    timer = ClockProcessor(clock) if clock else None
+    processors = ([ChooserProcessor(chooser)] if chooser.sample else []) + ([timer] if timer else [])
+    if processors:
+        gen_kwargs["logits_processor"] = processors
     if stop:
         gen_kwargs.update(stop_strings=stop, tokenizer=tokenizer)
     with torch.inference_mode():
         out = model.generate(**enc, past_key_values=cache, **gen_kwargs)
+    if timer:
+        timer.finish()
     return out[:, enc["input_ids"].shape[1]:]
 
 

@@ -199,16 +199,12 @@ def plan_memory(plan: CellPlan, device: str):
     return memory
 
 
-def static_decode_mode(cfg: DictConfig, devices: list[str]) -> tuple[str, str]:
-    """(static_decode mode to run, why it fell back to eager or ''): CUDA graphs capture one device."""
-    mode = str(cfg.get("static_decode", "auto"))
-    if len(devices) < 2 or mode == "off":
-        return mode, ""
-    reason = (f"static decode (frozen cache + CUDA graph) needs the model on one device, and this placement spans "
-              f"{', '.join(devices)}")
-    if mode == "on":
-        raise CellError(f"{reason}; use static_decode=auto or off.")
-    return "off", reason + ": decoded eagerly through transformers' generate."
+def static_decode_note(cfg: DictConfig, devices: list[str]) -> str:
+    """How a static decode over several devices runs (a row's `run.static_decode_graph`), or '' on one device."""
+    if len(devices) < 2 or str(cfg.get("static_decode", "auto")) == "off":
+        return ""
+    return (f"off: a CUDA graph captures one device and this placement spans {', '.join(devices)}, so the frozen "
+            f"cache decodes in eager steps")
 
 
 def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
@@ -231,36 +227,39 @@ def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
 
 def execute(plan: CellPlan, device: str, recorder, memory=None):
     """Load, install the quantizer, run the task; `memory` (a MemoryPlan) places the model across devices."""
+    from harness.environment import reset_peak_memory
     from harness.placement import devices_in
     from harness.seam import install
+    reset_peak_memory()
     cfg = plan.cfg
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]
-    static_decode, fallback = static_decode_mode(cfg, devices)
-    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device)
+    static_decode, graph_note = str(cfg.get("static_decode", "auto")), static_decode_note(cfg, devices)
+    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device, graph=not graph_note)
     seed_everything(int(cfg.seed))
     loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()
     with install(loaded.model, plan.quantizer, kernels=cfg.kernels) as seam:
-        paths: dict[str, int] = {}
+        paths: dict = {}
         metrics, records = plan.task.run(loaded, seam, cfg.ctx.tokens, int(cfg.seed),
                                          static_decode=static_decode, paths=paths, compile_step=compile_step)
+        clock = paths.pop("clock", None)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
-                        "static_decode": str(cfg.get("static_decode", "auto")), "decode_batches": paths,
-                        "compile_step": compile_step,
+                        "static_decode": static_decode, "decode_batches": paths,
+                        "decode_timing": clock.as_row() if clock else None, "compile_step": compile_step,
                         "weights": loaded.weights, "tokenizer": loaded.tokenizer_name,
-                        **placement_provenance(memory, fallback)}
+                        **placement_provenance(memory, graph_note)}
     metrics["bits_per_element"] = plan.task.bits_per_element(plan.quantizer, cfg.ctx.tokens)
     recorder.intervals = plan.task.intervals(records)
     return metrics, records
 
 
-def placement_provenance(memory, fallback: str) -> dict:
+def placement_provenance(memory, graph_note: str) -> dict:
     """Where the model lived (layer span per device), its memory plan in GB, and the host's peak RSS."""
     import resource
     out = {"host_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    if fallback:
-        out["static_decode_fallback"] = fallback
+    if graph_note:
+        out["static_decode_graph"] = graph_note
     if memory is None:
         return out
     layers: dict[str, list[int]] = {}

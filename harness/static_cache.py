@@ -33,6 +33,8 @@ class StaticState:
 
     The layers point at this state (`layer.static`); it points back through weak proxies, so dropping the
     cache frees its buffers without a garbage-collector pass. Every layer has the regions of the first.
+    A model split over several GPUs keeps one mirror of the device tensors per GPU (`lengths_on`), each
+    updated by the same step, so no layer's kernel reads another GPU's memory.
     """
 
     def __init__(self, layers: list[ThreeRegionLayer], n_fp: int, max_new_tokens: int):
@@ -41,31 +43,43 @@ class StaticState:
         self.quantizer, self.n_tokens = first.quantizer, first.n_tokens
         self.n_fp = n_fp                                                             # fp rows in use (the buffers hold more)
         self.steps_left = max_new_tokens
-        self.batch, device = first.keys.shape[0], first.keys.device
-        self.hist_len = torch.zeros(self.batch, dtype=torch.int32, device=device)
-        self.fp_len = torch.full((self.batch,), self.n_fp, dtype=torch.int32, device=device)
-        self.hist_start = torch.zeros(self.batch, dtype=torch.int32, device=device)
-        self.fp_start = torch.zeros(self.batch, dtype=torch.int32, device=device)
-        self.write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)   # fp row of the newest token
+        self.batch = first.keys.shape[0]
+        devices = dict.fromkeys(layer.keys.device for layer in layers)               # first-use order
+        self.mirrors = {str(device): self._device_lengths(device) for device in devices}
+        self.hist_len, self.fp_len, self.hist_start, self.fp_start, self.write_pos = \
+            self.mirrors[str(first.keys.device)]                                     # the first layer's GPU
+
+    def _device_lengths(self, device) -> tuple[torch.Tensor, ...]:
+        """(hist_len, fp_len, hist_start, fp_start) int32 [B] and write_pos long [1] on `device`."""
+        def int32(value):
+            return torch.full((self.batch,), value, dtype=torch.int32, device=device)
+        write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)    # fp row of the newest token
+        return int32(0), int32(self.n_fp), int32(0), int32(0), write_pos
 
     @property
     def lengths(self) -> tuple[torch.Tensor, ...]:
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each: what `decode_attention` reads."""
         return self.hist_len, self.fp_len, self.hist_start, self.fp_start
 
+    def lengths_on(self, device) -> tuple[torch.Tensor, ...]:
+        """`lengths` as mirrored on `device` (a layer's GPU)."""
+        return self.mirrors[str(device)][:4]
+
     def write(self, layer: ThreeRegionLayer, keys: torch.Tensor, values: torch.Tensor):
         """Store one step's rotated keys / values [B, H_kv, 1, D] at the fp row `write_pos` (device index)."""
         if keys.shape[-2] != 1:
             raise ValueError(f"a frozen cache takes one token per sequence per step, got {keys.shape[-2]}.")
-        layer.keys.index_copy_(2, self.write_pos, keys.to(layer.keys.dtype))
-        layer.values.index_copy_(2, self.write_pos, values.to(layer.values.dtype))
+        write_pos = self.mirrors[str(layer.keys.device)][4]
+        layer.keys.index_copy_(2, write_pos, keys.to(layer.keys.dtype))
+        layer.values.index_copy_(2, write_pos, values.to(layer.values.dtype))
         view = KVView(layer, None, None, 1)
         return view, view
 
     def advance(self) -> None:
         """The device half of one step (captured with the forward): one more fp row per sequence."""
-        self.fp_len.add_(1)
-        self.write_pos.add_(1)
+        for _, fp_len, _, _, write_pos in self.mirrors.values():
+            fp_len.add_(1)
+            write_pos.add_(1)
 
     def stepped(self) -> None:
         """The host half of one step, after the forward ran (or was replayed)."""
@@ -85,16 +99,19 @@ class StaticState:
             for layer in self.layers:                       # every layer has the same regions, so the same trim
                 trim = demote_in_place(layer, counts)
             self.n_fp -= trim
-            self.fp_len.sub_(trim)
-            self.write_pos.sub_(trim)
+            for _, fp_len, _, _, write_pos in self.mirrors.values():
+                fp_len.sub_(trim)
+                write_pos.sub_(trim)
             self.sync_lengths()
 
     def sync_lengths(self) -> None:
         """Copy the host's per-sequence history lengths and fp starts to the device tensors (no host sync)."""
         first = self.layers[0]
         _, hist, _ = first.regions()
-        set_lengths(self.hist_len, hist)
-        set_lengths(self.fp_start, first.fp_starts())
+        starts = first.fp_starts()
+        for hist_len, _, _, fp_start, _ in self.mirrors.values():
+            set_lengths(hist_len, hist)
+            set_lengths(fp_start, starts)
 
 
 def demote_in_place(layer: ThreeRegionLayer, counts: list[int]) -> int:
@@ -176,6 +193,9 @@ class DecodeStep:
     """
 
     def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False):
+        if graph and len(state.mirrors) > 1:
+            raise ValueError(f"a CUDA graph captures one device, and this frozen cache spans "
+                             f"{', '.join(state.mirrors)}; decode it with graph=False (eager steps).")
         if graph and not torch.cuda.is_available():
             raise ValueError("CUDA-graph decode needs a CUDA device.")
         refusal = compile_step_refusal(model) if compile_step else None
@@ -251,12 +271,13 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
 
 
 def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int, graph: bool,
-                    choose=None, stopped=None, compile_step: bool = False) -> torch.Tensor:
+                    choose=None, stopped=None, compile_step: bool = False, clock=None) -> torch.Tensor:
     """Generation like `model.generate`: eager prefill, then frozen-cache decode steps.
 
     enc: input_ids / attention_mask [B, T] (left padding). choose: logits [B, V] -> tokens [B] (greedy when
     None; a harness.sampling.TokenChooser samples). stopped: the tokens so far (a list of [B]) -> bool [B],
     the sequences whose text reached a stop string, asked every 8 steps. compile_step: as `DecodeStep` takes it.
+    clock: a harness.decode_clock.DecodeClock that counts the prefill and the decode steps, or None.
     Returns the new tokens [B, <= max_new_tokens]; a sequence that produced an EOS id (or stopped) gets pad_id
     afterwards, and decoding ends once all have.
     """
@@ -265,9 +286,11 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
     choose = choose or (lambda logits: logits.argmax(-1))
     mask = enc["attention_mask"]
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
+    started = clock.mark() if clock else 0.0
     with torch.inference_mode():                          # logits of the last position only: [B, 1, V], not [B, T, V]
         logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True,
                        logits_to_keep=1).logits[:, -1]
+    started = clock.prefilled(started) if clock else 0.0
     state = freeze(cache, max_new_tokens, mask)
     step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
     next_position = mask.long().sum(-1, keepdim=True)                              # [B, 1]
@@ -286,4 +309,6 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
             if bool(done.all()):
                 break
         logits = step(token[:, None], next_position + i)[:, -1]
+    if clock:
+        clock.decoded(started, step.calls)
     return torch.stack(tokens, dim=1)

@@ -7,6 +7,8 @@
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph+compile,oscar:model+graph+compile
+    python scripts/bench_throughput.py --model qwen3_32b --gpus 2 --ctx 131072 --batch 1 \
+        --quantizers bf16+frozen,oscar:model+frozen --budget-from bf16+frozen   # split over 2 GPUs, same-memory batch
 
 The model is built from the real config with random bf16 weights (speed does not depend on the values). The cache is
 filled with synthetic K/V written through each quantizer's write path (the Triton quantize-pack kernel on CUDA)
@@ -17,8 +19,13 @@ ratio against it compares caches, not engines); a further `+compile` runs that e
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
 per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
-and the fraction of it reached, and the largest batch that fits --budget-gb at that context. With $OUT set, the rows
-also go to $OUT/bench_throughput.json. A Markdown table is printed last.
+and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
+the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
+--gpus N > 1 builds the random model over N GPUs (decoder layers split in order, harness.placement) and its rows
+decode through `+frozen` (the frozen cache in eager steps: a CUDA graph captures one device) or the eager engines;
+peak memory is then the sum over the GPUs, with each GPU's in `peak_gb_by_device`. Models: the CONFIGS below or any
+shape file under configs/model/shapes/. With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown
+table is printed last.
 """
 from __future__ import annotations
 
@@ -34,7 +41,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness import placement  # noqa: E402
 from harness.cache import ThreeRegionLayer  # noqa: E402
+from harness.decode_clock import synchronize_all  # noqa: E402
+from harness.environment import peak_memory_by_device, reset_peak_memory  # noqa: E402
 from harness.step_profile import profile_rows  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
 from harness.seam import install  # noqa: E402
@@ -52,11 +62,32 @@ CONFIGS = {  # the public Qwen3 configs (no weights needed)
 }
 
 
-def build_model(name: str, device: str, dtype):
-    from transformers import AutoModelForCausalLM, Qwen3Config
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(Qwen3Config(**CONFIGS[name]), dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
+SHAPES = Path(__file__).resolve().parents[1] / "configs" / "model" / "shapes"
+MODELS = sorted([*CONFIGS, *(path.stem for path in SHAPES.glob("*.json"))])
+
+
+def model_config(name: str):
+    from transformers import Qwen3Config
+    from harness.random_model import shape_config
+    return Qwen3Config(**CONFIGS[name]) if name in CONFIGS else shape_config(SHAPES / f"{name}.json")
+
+
+def build_model(name: str, device: str, dtype, gpus: int = 1):
+    """Random weights of `name`'s shape on `device`, or split layer by layer over `gpus` GPUs (even weight bytes)."""
+    from harness.random_model import materialize, meta_model
+    model = meta_model(model_config(name), dtype)
+    if gpus < 2:
+        return materialize(model, {"": device}, seed=0)
+    layout = placement.module_layout(model)
+    names = layout.head + layout.layers + layout.tail
+    sizes = placement.module_bytes(model, names)
+    device_map = placement.split([(n, sizes[n]) for n in names], {f"cuda:{i}": sum(sizes.values()) for i in range(gpus)})
+    return placement.dispatch(materialize(model, device_map, seed=0), device_map)
+
+
+def layer_device(model, idx: int) -> torch.device:
+    """The device of decoder layer `idx` (its cache lives there)."""
+    return next(model.get_submodule(f"{model.base_model_prefix}.layers.{idx}").parameters()).device
 
 
 def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,32 +99,46 @@ def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch
 
 BF16_CACHES = ("bf16", "bf16_static")
 GRAPH_SUFFIX = "+graph"    # e.g. oscar+graph: frozen cache, decode step replayed as one CUDA graph
+FROZEN_SUFFIX = "+frozen"  # e.g. oscar+frozen: the same frozen cache, each step run eagerly (several GPUs)
 COMPILE_SUFFIX = "+compile"  # after +graph: that step with the model's RMSNorms, MLPs and RoPE compiled
 STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
 
 
-def row_engine(row_name: str) -> tuple[str, bool, bool]:
-    """(quantizer spec, frozen, compiled) of a row name: 'oscar:model+graph+compile' -> ('oscar:model', True, True);
-    ValueError for a +compile that does not follow +graph (only the frozen step is compiled)."""
+def row_engine(row_name: str) -> tuple[str, bool, bool, bool]:
+    """(quantizer spec, frozen, graph, compiled) of a row name: 'oscar:model+graph+compile' -> ('oscar:model', True,
+    True, True), 'bf16+frozen' -> ('bf16', True, False, False); ValueError for a +compile that does not follow +graph
+    (only the captured frozen step is compiled)."""
     compiled = row_name.endswith(COMPILE_SUFFIX)
     name = row_name.removesuffix(COMPILE_SUFFIX)
     if compiled and not name.endswith(GRAPH_SUFFIX):
         raise ValueError(f"{row_name}: {COMPILE_SUFFIX} compiles the frozen step, so it follows {GRAPH_SUFFIX} "
                          f"(e.g. oscar{GRAPH_SUFFIX}{COMPILE_SUFFIX}).")
-    return name.removesuffix(GRAPH_SUFFIX), name.endswith(GRAPH_SUFFIX), compiled
+    graph, frozen = name.endswith(GRAPH_SUFFIX), name.endswith(FROZEN_SUFFIX)
+    return name.removesuffix(GRAPH_SUFFIX).removesuffix(FROZEN_SUFFIX), graph or frozen, graph, compiled
 
 
-def fill_dynamic(cache, cfg, batch: int, ctx: int, device, dtype) -> None:
-    """BF16 rows straight into transformers' own cache layers (DynamicCache or StaticCache)."""
-    for idx in range(cfg.num_hidden_layers):
-        k, v = _rows(cfg, batch, ctx, device, dtype, idx)
+def check_rows(row_names: list[str], gpus: int) -> None:
+    """ValueError (one sentence) for a row name this run cannot serve, before any model is built."""
+    for row_name in row_names:
+        _, _, graph, _ = row_engine(row_name)
+        if graph and gpus > 1:
+            raise ValueError(f"{row_name}: a CUDA graph captures one device and --gpus {gpus} splits the model; "
+                             f"use {row_name.split('+')[0]}{FROZEN_SUFFIX} (the frozen cache in eager steps).")
+
+
+def fill_dynamic(cache, model, batch: int, ctx: int, dtype) -> None:
+    """BF16 rows straight into transformers' own cache layers (DynamicCache or StaticCache), on each layer's GPU."""
+    for idx in range(model.config.num_hidden_layers):
+        k, v = _rows(model.config, batch, ctx, layer_device(model, idx), dtype, idx)
         cache.update(k, v, idx)
 
 
-def fill_three_region(cache, cfg, batch: int, ctx: int, device, dtype, chunk: int = 8192) -> None:
-    """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks)."""
+def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 8192) -> None:
+    """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks), on each
+    layer's GPU."""
+    cfg = model.config
     for idx, layer in enumerate(cache.layers):
-        q = layer.quantizer
+        q, device = layer.quantizer, layer_device(model, idx)
         fp_rows = ctx if q.sink_tokens is None else min(q.sink_tokens + q.recent_tokens, ctx)   # identity: all
         k, v = _rows(cfg, batch, fp_rows, device, dtype, idx)
         layer.lazy_initialization(k, v)
@@ -156,12 +201,10 @@ def time_steps(make_step, steps: int, device) -> float:
     with torch.inference_mode():
         for _ in range(steps + 2):
             step = make_step()
-            if device == "cuda":
-                torch.cuda.synchronize()
+            synchronize_all()
             t0 = time.perf_counter()
             step()
-            if device == "cuda":
-                torch.cuda.synchronize()
+            synchronize_all()
             times.append((time.perf_counter() - t0) * 1e3)
     return sorted(times[2:])[len(times[2:]) // 2]
 
@@ -191,38 +234,47 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
     a quantizer name, 'name:model' (rotation_dtype=model); a '+graph' suffix decodes through a frozen cache
-    with the step captured as a CUDA graph (harness.static_cache), '+graph+compile' with the model's RMSNorms,
-    MLPs and RoPE compiled in that step (harness.compiled_step).
+    with the step captured as a CUDA graph (harness.static_cache), '+frozen' through the same cache in eager steps,
+    '+graph+compile' with the model's RMSNorms, MLPs and RoPE compiled in that step (harness.compiled_step).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
     if device == "cuda":
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated() if device == "cuda" else 0
+        reset_peak_memory()
+    before = gpu_allocated()
     if quantizer_name in BF16_CACHES:
         cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
             StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
-        fill_dynamic(cache, cfg, batch, ctx, device, dtype)
+        fill_dynamic(cache, model, batch, ctx, dtype)
         make_step = eager_step(model, cache, batch, device)
         ms = time_steps(make_step, steps, device)
         split = profiled(make_step) if profile else {}
     else:
-        quantizer, (_, frozen, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
+        quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
-            fill_three_region(cache, cfg, batch, ctx, device, dtype)
-            make_step = static_step(model, cache, batch, steps, device, graph=device == "cuda",
+            fill_three_region(cache, model, batch, ctx, dtype)
+            make_step = static_step(model, cache, batch, steps, device, graph=graph and device == "cuda",
                                     compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
             ms = time_steps(make_step, steps, device)
             split = profiled(make_step) if profile else {}
-    allocated = (torch.cuda.memory_allocated() - before) if device == "cuda" else kv_bytes(cache)
+    allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
+    peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
            "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
            "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
-           "peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None, **split}
+           "peak_gb": round(sum(peaks.values()), 2) if device == "cuda" else None,
+           **({"peak_gb_by_device": peaks} if len(peaks) > 1 else {}), **split}
     del cache
     return row
+
+
+def gpu_allocated() -> int:
+    """Bytes allocated now on every visible GPU together (0 without CUDA)."""
+    if not torch.cuda.is_available():
+        return 0
+    return sum(torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count()))
 
 
 def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype,
@@ -265,7 +317,8 @@ def with_floor(row: dict, weights_bytes: int, bandwidth: float) -> dict:
 
 
 def max_batch(bytes_per_token: float, ctx: int, budget_gb: float, weights_bytes: int) -> int:
-    return max(0, int((budget_gb * 1e9 - weights_bytes) // (bytes_per_token * ctx)))
+    """Sequences whose caches fit beside the weights (a budget taken from a row fits that row's batch exactly)."""
+    return max(0, int((budget_gb * 1e9 - weights_bytes) / (bytes_per_token * ctx) + 1e-6))
 
 
 def markdown(rows: list[dict], header: str) -> str:
@@ -275,29 +328,73 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def budget_from(rows: list[dict], row_name: str, ctx: int, weights: int) -> float:
+    """GB that `row_name`'s first batch at `ctx` holds (weights + its cache as measured): the same-memory budget."""
+    row = next((r for r in rows if r["quantizer"] == row_name and r["ctx"] == ctx and r.get("kv_bytes_per_token")),
+               None)
+    if row is None:
+        raise SystemExit(f"--budget-from {row_name}: no measured row of it at ctx {ctx} (add it to --quantizers).")
+    return (weights + row["kv_bytes_per_token"] * row["batch"] * ctx) / 1e9
+
+
+def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: int, args, device, dtype, weights,
+                     bandwidth) -> list[dict]:
+    """Each row name at the largest batch (up to `cap`) whose weights + measured cache fit `budget_gb` at `ctx`,
+    with its throughput against each BF16 engine that ran."""
+    out = []
+    for q in quantizers:
+        per_token = next((r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctx
+                          and r.get("kv_bytes_per_token")), None)
+        fit = max_batch(per_token, ctx, budget_gb, weights) if per_token else 0
+        run_batch = min(fit, cap)
+        row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype), weights, bandwidth) \
+            if run_batch else {"quantizer": q, "batch": 0, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0}
+        out.append({**row, "max_batch_in_budget": fit})
+        print("budget row:", json.dumps(out[-1]), flush=True)
+    bases = (*BF16_CACHES, *(f"bf16{suffix}" for suffix in (GRAPH_SUFFIX, FROZEN_SUFFIX, GRAPH_SUFFIX + COMPILE_SUFFIX)))
+    for base in bases:                                            # each BF16 that ran
+        base_tps = next((r["tokens_per_s"] for r in out if r["quantizer"] == base), None)
+        for r in out:
+            if base_tps:
+                r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_tps, 2)
+    return out
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3_4b", choices=sorted(CONFIGS))
+    parser.add_argument("--model", default="qwen3_4b", choices=MODELS)
     parser.add_argument("--tiny", action="store_true", help="tiny config on CPU (smoke test)")
+    parser.add_argument("--gpus", type=int, default=1, help="split the model's layers over this many GPUs")
     parser.add_argument("--quantizers", default="bf16,bf16_static,naive_int2,kivi2,oscar")
     parser.add_argument("--ctx", default="32768,102400")
     parser.add_argument("--batch", default="1,8")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--budget-gb", type=float, default=70.0)
+    parser.add_argument("--budget-from", default=None,
+                        help="a row name: the budget is what its first batch at the longest ctx holds (weights + cache)")
     parser.add_argument("--same-budget-cap", type=int, default=64, help="largest batch tried in the same-budget run")
     parser.add_argument("--profile", action="store_true",
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
-    quantizers = args.quantizers.split(",")
     try:                                                          # a bad row name fails before the model is built
-        for row_name in quantizers:
-            row_engine(row_name)
+        check_rows(args.quantizers.split(","), args.gpus)
     except ValueError as err:
         parser.error(str(err))
+    available = torch.cuda.device_count() if torch.cuda.is_available() and not args.tiny else 0
+    if args.gpus > 1 and available < args.gpus:
+        parser.error(f"--gpus {args.gpus}: this machine shows {available} GPU(s).")
+    if args.budget_from and args.budget_from not in args.quantizers.split(","):
+        parser.error(f"--budget-from {args.budget_from} must be one of --quantizers.")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    quantizers = args.quantizers.split(",")
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     name = "tiny" if args.tiny else args.model
-    model = build_model(name, device, dtype)
+    model = build_model(name, device, dtype, args.gpus)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
     bandwidth = copy_bandwidth(device)
@@ -307,27 +404,16 @@ def main() -> None:
         rows.append(with_floor(measure_or_oom(model, q, b, c, args.steps, device, dtype, args.profile), weights,
                                bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
-    budget_rows = []
-    for q in ([] if args.profile else quantizers):               # same memory budget at the longest context
-        per_token = next((r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctxs[-1]
-                          and r.get("kv_bytes_per_token")), None)
-        fit = max_batch(per_token, ctxs[-1], args.budget_gb, weights) if per_token else 0
-        run_batch = min(fit, args.same_budget_cap)
-        row = with_floor(measure_or_oom(model, q, run_batch, ctxs[-1], args.steps, device, dtype), weights, bandwidth) \
-            if run_batch else \
-            {"quantizer": q, "batch": 0, "ctx": ctxs[-1], "ms_per_step": None, "tokens_per_s": 0.0}
-        budget_rows.append({**row, "max_batch_in_budget": fit})
-        print("budget row:", json.dumps(budget_rows[-1]), flush=True)
-    for base in (*BF16_CACHES, "bf16" + GRAPH_SUFFIX, "bf16" + GRAPH_SUFFIX + COMPILE_SUFFIX):   # each BF16 that ran
-        base_tps = next((r["tokens_per_s"] for r in budget_rows if r["quantizer"] == base), None)
-        for r in budget_rows:
-            if base_tps:
-                r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_tps, 2)
+    budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb
+    budget_rows = [] if args.profile else same_budget_rows(model, rows, quantizers, ctxs[-1], budget_gb,
+                                                           args.same_budget_cap, args, device, dtype, weights, bandwidth)
     dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
     stamp = datetime.date.today().isoformat()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "bench_throughput_profile.json" if args.profile else "bench_throughput.json").write_text(json.dumps(
             {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
+             "placement": getattr(model, "hf_device_map", None), "budget_gb": budget_gb,
              "rows": rows, "same_budget": budget_rows},
             indent=1))
     cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
@@ -335,8 +421,9 @@ def main() -> None:
                          f"{bandwidth / 1e12:.3f} TB/s"))
     print()
     if budget_rows:
-        print(markdown(budget_rows, f"### Same memory budget ({args.budget_gb} GB incl. {weights / 1e9:.1f} GB weights), "
-                                    f"ctx {ctxs[-1]}"))
+        source = f"what {args.budget_from} at batch {batches[0]} holds" if args.budget_from else "--budget-gb"
+        print(markdown(budget_rows, f"### Same memory budget ({budget_gb:.1f} GB incl. {weights / 1e9:.1f} GB weights: "
+                                    f"{source}), ctx {ctxs[-1]}"))
 
 
 if __name__ == "__main__":

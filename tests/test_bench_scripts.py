@@ -35,6 +35,31 @@ def test_bench_throughput_refuses_compile_without_graph_before_building_the_mode
     assert "copy bandwidth" not in proc.stdout
 
 
+def test_bench_throughput_refuses_a_graph_over_several_gpus_before_building_the_model():
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--gpus", "2", "--quantizers",
+                           "bf16+frozen,oscar+graph"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "oscar+graph: a CUDA graph captures one device" in proc.stderr
+    assert "use oscar+frozen" in proc.stderr and "copy bandwidth" not in proc.stdout
+
+
+def test_bench_throughput_budget_from_a_row_fits_that_rows_batch(tmp_path):
+    """--budget-from bf16+frozen: BF16's own batch fills the budget, the INT2 cache fits several times more."""
+    import json
+    env = {**os.environ, "OUT": str(tmp_path), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--steps", "1", "--ctx", "600",
+                           "--batch", "2", "--quantizers", "bf16+frozen,naive_int2+frozen", "--budget-from",
+                           "bf16+frozen", "--same-budget-cap", "64"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "bench_throughput.json").read_text())
+    per_token = {r["quantizer"]: r["kv_bytes_per_token"] for r in data["rows"]}
+    budget = {r["quantizer"]: r for r in data["same_budget"]}
+    assert budget["bf16+frozen"]["batch"] == 2
+    assert budget["naive_int2+frozen"]["batch"] == int(2 * per_token["bf16+frozen"] / per_token["naive_int2+frozen"])
+    assert budget["naive_int2+frozen"]["batch"] > 2 and budget["naive_int2+frozen"]["throughput_vs_bf16+frozen"] > 0
+    assert "what bf16+frozen at batch 2 holds" in proc.stdout
+
+
 def test_bench_throughput_records_an_oom_and_goes_on(tmp_path, monkeypatch, capsys):
     """A configuration that does not fit (BF16 at a batch beyond the GPU) ends its own row with status=oom."""
     import json

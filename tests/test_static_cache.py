@@ -201,9 +201,11 @@ def test_compile_step_refusals(tiny):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks a machine without CUDA")
 def test_graph_decode_needs_cuda():
+    from types import SimpleNamespace
     with pytest.raises(ValueError, match="CUDA"):
-        DecodeStep(None, None, None, graph=True)
+        DecodeStep(None, None, SimpleNamespace(mirrors={"cpu": ()}), graph=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -240,7 +242,27 @@ def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, mo
             texts[mode] = generate_outputs(model, tok, examples, seam.new_cache, batch_size=2, stop=["\n\n"],
                                            static_decode=mode, paths=paths)
     assert texts["on"] == texts["off"] and any(texts["on"])
+    clock = paths.pop("clock").as_row()
     assert paths == {"generate": 1, "static": 1}
+    assert clock["prefills"] == 2 and 2 <= clock["decode_steps"] <= 2 * (STEPS - 1)   # one batch on each path
+    assert clock["prefill_s"] > 0 and clock["decode_ms_per_step"] > 0
+
+
+def test_decode_clock_counts_one_prefill_and_a_step_per_later_call():
+    """generate calls its logits processors once after the prefill and once after each decode forward."""
+    import time
+    from harness.decode_clock import ClockProcessor, DecodeClock
+    clock = DecodeClock()
+    timer = ClockProcessor(clock)
+    scores = torch.zeros(1, 4)
+    for _ in range(5):
+        time.sleep(0.002)
+        assert timer(None, scores) is scores
+    timer.finish()
+    row = clock.as_row()
+    assert row["prefills"] == 1 and row["decode_steps"] == 4 and row["prefill_s"] >= 0.002
+    assert row["decode_ms_per_step"] >= 2.0
+    assert DecodeClock().as_row()["decode_ms_per_step"] is None
 
 
 def test_sampling_is_seeded_per_example_and_the_same_on_both_paths(tiny, tmp_path, monkeypatch):

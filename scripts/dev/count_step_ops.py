@@ -130,12 +130,12 @@ def ops_for(model, spec: str, ctx: int, dtype) -> Counter:
     spec, compiled = spec.removesuffix(COMPILE_SUFFIX), spec.endswith(COMPILE_SUFFIX)
     if spec == "bf16":
         cache = DynamicCache(config=model.config)
-        bench.fill_dynamic(cache, model.config, 1, ctx, "cpu", dtype)
+        bench.fill_dynamic(cache, model, 1, ctx, dtype)
         return count_step(model, cache, compiled)
     quantizer = bench.make_quantizer(spec, model.config)
     with install(model, quantizer, kernels="triton") as seam:
         cache = seam.new_cache()
-        bench.fill_three_region(cache, model.config, 1, ctx, "cpu", dtype)
+        bench.fill_three_region(cache, model, 1, ctx, dtype)
         return count_step(model, cache, compiled)
 
 

@@ -1,0 +1,69 @@
+"""Wall time of generation: the prefills and the decode steps, with every GPU synchronised at each mark.
+
+    clock = DecodeClock()
+    start = clock.mark(); prefill(); clock.prefilled(start)    # one prefill
+    start = clock.mark(); n = decode(); clock.decoded(start, n)  # n decode steps (a forward each)
+    clock.as_row()   # {"prefills": 1, "prefill_s": ..., "decode_steps": n, "decode_ms_per_step": ...}
+
+A row's `run.decode_timing` comes from here: it says how long a cell's decode steps took on its engine
+(frozen cache or transformers' generate; one device or several), summed over the cell's batches.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import LogitsProcessor
+
+
+def synchronize_all() -> None:
+    """Wait for the queued work of every visible GPU (a model split over several runs on each in turn)."""
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
+class DecodeClock:
+    """Seconds spent in prefills and in decode steps, and how many of each."""
+
+    def __init__(self):
+        self.prefills, self.prefill_s = 0, 0.0
+        self.decode_steps, self.decode_s = 0, 0.0
+
+    @staticmethod
+    def mark() -> float:
+        synchronize_all()
+        return time.perf_counter()
+
+    def prefilled(self, start: float) -> float:
+        """Count one prefill that began at `start`; returns now (the decode's start)."""
+        now = self.mark()
+        self.prefills, self.prefill_s = self.prefills + 1, self.prefill_s + now - start
+        return now
+
+    def decoded(self, start: float, steps: int) -> None:
+        """Count `steps` decode forwards run since `start`."""
+        self.decode_steps, self.decode_s = self.decode_steps + steps, self.decode_s + self.mark() - start
+
+    def as_row(self) -> dict:
+        per_step = self.decode_s * 1e3 / self.decode_steps if self.decode_steps else None
+        return {"prefills": self.prefills, "prefill_s": round(self.prefill_s, 3), "decode_steps": self.decode_steps,
+                "decode_ms_per_step": None if per_step is None else round(per_step, 3)}
+
+
+class ClockProcessor(LogitsProcessor):
+    """A logits processor for transformers' generate that times it: its first call ends the prefill, each later
+    call ends one decode step (`finish` closes the last)."""
+
+    def __init__(self, clock: DecodeClock):
+        self.clock, self.start, self.calls = clock, clock.mark(), 0
+
+    def __call__(self, input_ids, scores):
+        if self.calls == 0:
+            self.start = self.clock.prefilled(self.start)
+        self.calls += 1
+        return scores
+
+    def finish(self) -> None:
+        if self.calls:
+            self.clock.decoded(self.start, self.calls - 1)
