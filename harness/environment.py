@@ -1,6 +1,7 @@
 """What a result row records about the machine it ran on: package versions, device, peak memory."""
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import resource
@@ -38,6 +39,16 @@ def reset_peak_memory() -> None:
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(index)
+
+
+def release_memory() -> None:
+    """Free what a finished cell left: collect its model's reference cycles and hand the allocator's cached blocks
+    back to every GPU, so the next cell of a sweep in this process plans with the whole free memory."""
+    gc.collect()
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            with torch.cuda.device(index):
+                torch.cuda.empty_cache()
 
 
 def peak_memory_mb() -> float:

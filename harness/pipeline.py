@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from harness.checks import check_cell_options, check_device, check_model_source, compile_step_enabled
-from harness.environment import environment
+from harness.environment import environment, release_memory, reset_peak_memory
 from harness.quantizer import instantiate, quantizer_from_config
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,8 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     except ValueError as err:
         raise CellError(str(err)) from None
     log.info("cell %s: %s", recorder.cell, describe(plan))
+    release_memory()                       # an earlier cell of this process must not shrink this one's budget
+    reset_peak_memory()
     memory = plan_memory(plan, plan.device)
     refusal = memory.refusal()
     if refusal:
@@ -181,6 +183,8 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
         recorder.write_error(f"{type(err).__name__}: {err}")
         raise
+    finally:
+        release_memory()
     return recorder.write_ok(metrics, records)
 
 
@@ -227,10 +231,8 @@ def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
 
 def execute(plan: CellPlan, device: str, recorder, memory=None):
     """Load, install the quantizer, run the task; `memory` (a MemoryPlan) places the model across devices."""
-    from harness.environment import reset_peak_memory
     from harness.placement import devices_in
     from harness.seam import install
-    reset_peak_memory()
     cfg = plan.cfg
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]

@@ -212,6 +212,26 @@ def test_debug_tiny_runs_longbench_from_a_local_file(tmp_path):
     assert all(r["meta"]["prompt_tokens"] <= 4096 - 16 for r in records)   # debug's 16-token budget
 
 
+def test_a_finished_cell_leaves_no_model_behind(tmp_path, monkeypatch):
+    """The next cell of a sweep (same process) plans with the whole free memory: this cell's model is gone, and the
+    GPU allocator's cached blocks are handed back (release_memory) before the next memory plan."""
+    import weakref
+    import harness.pipeline as pipeline
+    models, released = [], []
+    real_load, real_release = pipeline.load_prepared, pipeline.release_memory
+
+    def load_prepared(*args, **kwargs):
+        loaded = real_load(*args, **kwargs)
+        models.append(weakref.ref(loaded.model))
+        return loaded
+    monkeypatch.setattr(pipeline, "load_prepared", load_prepared)
+    monkeypatch.setattr(pipeline, "release_memory", lambda: released.append(len(models)) or real_release())
+    cfg = compose_cell("debug=tiny", "task.samples=1", f"results_dir={tmp_path}")
+    assert run_cell(cfg, ResultsStore(tmp_path))[0]["status"] == "ok"
+    assert len(models) == 1 and models[0]() is None
+    assert released == [0, 1]                    # before the plan, and once the cell ended
+
+
 # ------------------------------------------------------------------------------- through run.py
 def run_py(*args, results: Path, **kwargs):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
