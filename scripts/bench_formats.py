@@ -7,8 +7,8 @@ Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
 group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
-rows with an fp16 key norm; kivi2_tiles is kivi2 on `DecodeConfig.channel_key_tiles` (one 32-token key group per
-warp, not the default yet). The history is random stored parts of the format's shapes (`part_shapes`: random code
+rows with an fp16 key norm; kivi2 runs its default launch (`launch_config`: per-channel keys on warp tiles, one
+32-token key group per warp), kivi2_rowmajor the same format on the row-major loop that was its default before. The history is random stored parts of the format's shapes (`part_shapes`: random code
 bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as bench_kernels.py uses; timings are
 CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the
 same run. "of copy" divides the bytes the call must move (every stored part, the BF16 segment, q and out) by the
@@ -36,8 +36,8 @@ from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
-           "kivi2_tiles": "kivi2"}
-LAUNCH_CHANGES = {"kivi2_tiles": dict(warp_tiles=True, channel_key_tiles=True, asm_unpack=False)}  # of the default
+           "kivi2_rowmajor": "kivi2"}
+LAUNCH_CHANGES = {"kivi2_rowmajor": {}}   # changes of default_config (which never puts channel keys on warp tiles)
 
 
 def random_parts(ops, shape: list[int], spec) -> tuple[torch.Tensor, ...]:

@@ -47,11 +47,13 @@ def _greedy(model, tok, quantizer, prompts, kernels):
     return out.sequences[:, enc.input_ids.shape[1]:], torch.stack(out.logits, dim=1)
 
 
-def _static(model, tok, quantizer, prompts):
-    """New tokens [B, STEPS] of the frozen cache (CUDA graph on a GPU)."""
+def _static(model, tok, quantizer, prompts, compile_step=False):
+    """New tokens [B, STEPS] of the frozen cache (CUDA graph on a GPU; its RMSNorms, MLPs and RoPE compiled if
+    compile_step)."""
     enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam:
-        return static_generate(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA)
+        return static_generate(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA,
+                               compile_step=compile_step)
 
 
 def _assert_same(alone, batched):
@@ -83,6 +85,17 @@ def test_kernels_and_static_cache_are_batch_invariant(tiny, tmp_path, monkeypatc
     static_alone = _static(model, tok, quantizer, [PROMPT])
     assert torch.equal(static_alone, alone[0])
     assert torch.equal(_static(model, tok, quantizer, [PROMPT, *LONGER])[:1], static_alone)
+
+
+@pytest.mark.skipif(not CUDA, reason="the compiled step is what compile_step=auto runs on CUDA")
+@pytest.mark.parametrize("name", ["bf16", "oscar", "naive_int2"])
+def test_compiled_static_step_is_batch_invariant(tiny, tmp_path, monkeypatch, name):
+    """Inductor picks its reduction strategy from the shapes it sees: the compiled step must still decode a prompt
+    alone as inside a batch, and as the uncompiled step does."""
+    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch)
+    alone = _static(model, tok, quantizer, [PROMPT], compile_step=True)
+    assert torch.equal(_static(model, tok, quantizer, [PROMPT, *LONGER], compile_step=True)[:1], alone)
+    assert torch.equal(alone, _static(model, tok, quantizer, [PROMPT]))
 
 
 def test_the_lone_prompt_really_is_padded_and_quantized(tiny):

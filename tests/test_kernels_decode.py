@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
-                            default_config, per_token_layouts, uses_token_pairs, uses_warp_tiles)
+                            default_config, launch_config, per_token_layouts, uses_token_pairs, uses_warp_tiles)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -158,8 +158,25 @@ def test_channel_key_tiles_match_reference(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
+    """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-128, both grid sizes (timed there,
+    bench_formats.md); head_dim 256, other key groups, per-token keys and the interpreter keep their launch."""
+    kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
+    for head_dim in (64, 128):
+        for small in (False, True):
+            cfg = launch_config(head_dim, True, small, kivi_k, kivi_v)
+            assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi_k, kivi_v, head_dim)
+            assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False) == \
+                replace(default_config(head_dim, True, small, False), warp_tiles=False, asm_unpack=False)
+    assert launch_config(256, True, False, kivi_k, kivi_v) == default_config(256, True, False, False)
+    odd = QuantSpec(bits=2, group=64, axis="channel")
+    assert launch_config(128, True, False, odd, kivi_v) == default_config(128, True, False, False)
+    assert launch_config(128, False, False, kivi_k, kivi_v) == default_config(128, False)
+    assert launch_config(128, True, False, INT2[128], INT2[128]) == default_config(128, True)
+
+
 def test_channel_key_tiles_need_one_key_group_per_warp():
-    """A key group of 32 tokens needs 32-token warp sub-tiles; off unless asked for (not yet timed on a GPU)."""
+    """A key group of 32 tokens needs 32-token warp sub-tiles; off unless the launch asks for it."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True, channel_key_tiles=True)
     assert uses_warp_tiles(cfg, kivi_k, kivi_v, 128)

@@ -2,7 +2,7 @@
 `decode_attention`, which launches stage 1 and the stage-2 merge."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -31,7 +31,8 @@ class DecodeConfig:
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
-    channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py)
+    channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
+                                     # `launch_config` turns it on where it serves)
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -84,6 +85,18 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
                         warp_tiles=True)
 
 
+def launch_config(head_dim: int, on_gpu: bool, small_grid: bool, k_spec: QuantSpec, v_spec: QuantSpec,
+                  rows: int = WARP_TILE_ROWS) -> DecodeConfig:
+    """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
+    them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
+    head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero)."""
+    cfg = default_config(head_dim, on_gpu, small_grid, per_token_layouts(k_spec, v_spec, head_dim), rows)
+    if not on_gpu or k_spec.axis != "channel":
+        return cfg
+    tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
+    return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
+
+
 @lru_cache(maxsize=None)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -130,7 +143,7 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
 def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """Per-channel keys whose token group is exactly one warp's sub-tile (BLOCK_N / num_warps, >= 16: the MMA's M),
     beside values in per-token whole-field groups: KIVI's layout on warp tiles (`DecodeConfig.channel_key_tiles`,
-    kernels/decode/channel_keys.py). Off by default until timed on a GPU."""
+    kernels/decode/channel_keys.py; `launch_config` takes it wherever it applies)."""
     return (cfg.channel_key_tiles and k_spec.axis == "channel" and k_spec.group == cfg.block_n // cfg.num_warps
             and k_spec.group >= 16 and _whole_field_groups(v_spec, head_dim))
 
@@ -236,8 +249,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
-    cfg = config or default_config(head_dim, on_gpu, small_grid, per_token_layouts(k_spec, v_spec, head_dim),
-                                   group * q_tokens)
+    cfg = config or launch_config(head_dim, on_gpu, small_grid, k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
