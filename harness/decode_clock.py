@@ -1,12 +1,14 @@
 """Wall time of generation: the prefills and the decode steps, with every GPU synchronised at each mark.
 
     clock = DecodeClock()
-    start = clock.mark(); prefill(); clock.prefilled(start)    # one prefill
-    start = clock.mark(); n = decode(); clock.decoded(start, n)  # n decode steps (a forward each)
-    clock.as_row()   # {"prefills": 1, "prefill_s": ..., "decode_steps": n, "decode_ms_per_step": ...}
+    start = clock.mark(); prefill(); start = clock.prefilled(start)   # one prefill
+    step(); start = clock.first_step(start)                            # the first decode step (compiles, captures)
+    n = decode(); clock.decoded(start, n)                              # n more decode steps (a forward each)
+    clock.as_row()   # {"prefills": 1, "prefill_s": ..., "first_step_s": ..., "decode_steps": n, "decode_ms_per_step": ...}
 
 A row's `run.decode_timing` comes from here: it says how long a cell's decode steps took on its engine
-(frozen cache or transformers' generate; one device or several), summed over the cell's batches.
+(frozen cache or transformers' generate; one device or several), summed over the cell's batches. The first step
+of each generation is kept apart: it JIT-compiles the Triton kernels on a fresh machine and captures the CUDA graph.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ class DecodeClock:
     """Seconds spent in prefills and in decode steps, and how many of each."""
 
     def __init__(self):
-        self.prefills, self.prefill_s = 0, 0.0
+        self.prefills, self.prefill_s, self.first_step_s = 0, 0.0, 0.0
         self.decode_steps, self.decode_s = 0, 0.0
 
     @staticmethod
@@ -41,19 +43,26 @@ class DecodeClock:
         self.prefills, self.prefill_s = self.prefills + 1, self.prefill_s + now - start
         return now
 
+    def first_step(self, start: float) -> float:
+        """Count a generation's first decode step, begun at `start`, apart; returns now."""
+        now = self.mark()
+        self.first_step_s += now - start
+        return now
+
     def decoded(self, start: float, steps: int) -> None:
         """Count `steps` decode forwards run since `start`."""
         self.decode_steps, self.decode_s = self.decode_steps + steps, self.decode_s + self.mark() - start
 
     def as_row(self) -> dict:
         per_step = self.decode_s * 1e3 / self.decode_steps if self.decode_steps else None
-        return {"prefills": self.prefills, "prefill_s": round(self.prefill_s, 3), "decode_steps": self.decode_steps,
+        return {"prefills": self.prefills, "prefill_s": round(self.prefill_s, 3),
+                "first_step_s": round(self.first_step_s, 3), "decode_steps": self.decode_steps,
                 "decode_ms_per_step": None if per_step is None else round(per_step, 3)}
 
 
 class ClockProcessor(LogitsProcessor):
-    """A logits processor for transformers' generate that times it: its first call ends the prefill, each later
-    call ends one decode step (`finish` closes the last)."""
+    """A logits processor for transformers' generate that times it: its first call ends the prefill, its second the
+    first decode step, each later call one more decode step (`finish` closes the last)."""
 
     def __init__(self, clock: DecodeClock):
         self.clock, self.start, self.calls = clock, clock.mark(), 0
@@ -61,9 +70,11 @@ class ClockProcessor(LogitsProcessor):
     def __call__(self, input_ids, scores):
         if self.calls == 0:
             self.start = self.clock.prefilled(self.start)
+        elif self.calls == 1:
+            self.start = self.clock.first_step(self.start)
         self.calls += 1
         return scores
 
     def finish(self) -> None:
-        if self.calls:
-            self.clock.decoded(self.start, self.calls - 1)
+        if self.calls > 1:
+            self.clock.decoded(self.start, self.calls - 2)

@@ -309,6 +309,8 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
             if bool(done.all()):
                 break
         logits = step(token[:, None], next_position + i)[:, -1]
-    if clock:
-        clock.decoded(started, step.calls)
+        if clock and step.calls == 1:                                              # compiles, warms the graph
+            started = clock.first_step(started)
+    if clock and step.calls:
+        clock.decoded(started, step.calls - 1)
     return torch.stack(tokens, dim=1)

@@ -9,7 +9,8 @@ Ours come from each results/bench/*.json that bench_throughput.py wrote (a paylo
 The paper's BS=8 and BS=32 are job-level throughputs under one memory budget (BF16 does not fit batch 8 at 100K
 on one H100), which is what our "same budget" column measures at the largest batches; its BS=1 is a decode
 speedup against SGLang's BF16. The BF16 engines: `bf16+graph` (the harness's frozen cache, kernel and CUDA
-graph: the engine OSCAR's rows run on) and transformers' `bf16_static` / `bf16` (stock, eager). The runs use
+graph: the engine OSCAR's rows run on), `bf16+graph+compile` (the same with compile_step, against OSCAR's compiled
+row) and transformers' `bf16_static` / `bf16` (stock, eager). The runs use
 random weights with the public configs' shapes (speed does not depend on the values).
 """
 from __future__ import annotations
@@ -24,7 +25,9 @@ from report.tables import MISSING, MISSING_NOTE, Block, Table
 MODELS = {"qwen3_4b": "qwen3_4b_thinking", "qwen3_8b": "qwen3_8b"}     # bench config -> paper model (same shapes)
 PAPER_LABELS = {"qwen3_4b_thinking": "Qwen3-4B-Thinking-2507 (bench: qwen3_4b shapes)", "qwen3_8b": "Qwen3-8B"}
 OSCAR_ROWS = ("oscar:model+graph", "oscar+graph")
-BASELINES = {"bf16+graph": "BF16 on the same engine (bf16+graph)", "bf16_static": "transformers StaticCache",
+COMPILED = "+compile"     # a compiled step (compile_step) is compared with the compiled BF16 step only
+BASELINES = {"bf16+graph+compile": "BF16 on the same engine, compiled (bf16+graph+compile)",
+             "bf16+graph": "BF16 on the same engine (bf16+graph)", "bf16_static": "transformers StaticCache",
              "bf16": "transformers DynamicCache"}
 BATCHES = (1, 8, 32)
 HEADER = ["Row", *(f"BS={b}" for b in BATCHES), "Same budget"]
@@ -59,12 +62,11 @@ def our_rows(name: str, payload: dict) -> list[list[str]]:
     """One row per BF16 engine that ran beside OSCAR in this payload."""
     rows, ctx = payload["rows"], max(r["ctx"] for r in payload["rows"])
     present = {r["quantizer"] for r in rows}
-    oscar = next((q for q in OSCAR_ROWS if q in present), None)
-    if oscar is None:
-        return []
     built = []
     for base, label in BASELINES.items():
-        if base not in present:
+        suffix = COMPILED if base.endswith(COMPILED) else ""
+        oscar = next((q + suffix for q in OSCAR_ROWS if q + suffix in present), None)
+        if base not in present or oscar is None:
             continue
         cells = [_ratio(_ms(rows, base, b, ctx), _ms(rows, oscar, b, ctx)) for b in BATCHES]
         budget = _ratio(_budget_tps(payload, oscar), _budget_tps(payload, base))

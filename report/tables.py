@@ -395,6 +395,7 @@ def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty
     Rows from a modified tree are refused unless `allow_dirty` (the tables then say how many cells). Random-weight
     dry runs are left out unless `dry_runs`; then they are footnoted, and marked "@random" in every table."""
     from report.paper_tables import load_paper, paper_tables   # they build on this module
+    from report.engine_table import engine_markdown
     from report.paper_throughput import throughput_table
     check_clean(rows, allow_dirty)
     out_dir = Path(out_dir)
@@ -410,4 +411,8 @@ def write_tables(rows: pd.DataFrame, bench_dir: Path, out_dir: Path, allow_dirty
     if bench is not None:
         (out_dir / "bench.md").write_text(bench)
         written.append(out_dir / "bench.md")
+    engine = engine_markdown(rows)
+    if engine is not None:
+        (out_dir / "engine.md").write_text(engine)
+        written.append(out_dir / "engine.md")
     return written

@@ -1,0 +1,59 @@
+"""How each cell ran, from its rows' provenance: engine, placement, peak memory per GPU, prefill and decode time.
+
+    python scripts/make_tables.py --results results/multi_gpu     # writes <out>/engine.md among the other tables
+
+One line per cell (status ok) whose rows record `run.decode_timing` with the first decode step apart (`first_step_s`;
+the rows of an earlier commit counted its kernel compiles in the per-step time and are left out); stores with none
+get no engine table. No score is shown, so random-weight dry runs appear, marked in the Weights column: what they
+measure (placement, memory, time) does not depend on the weights.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+COLUMNS = ["Model", "Method", "Ctx", "Batch", "Weights", "Device", "Placement", "Peak GB per GPU", "Prefill s",
+           "First step s", "Decode ms/step", "Steps", "CUDA graph", "Commit"]
+
+
+def _peaks(row) -> str:
+    by_device = row.get("peak_mem_mb_by_device")
+    if isinstance(by_device, dict) and by_device:
+        return " / ".join(f"{device} {mb * 2**20 / 1e9:.1f}" for device, mb in by_device.items())
+    return f"{row['peak_mem_mb'] * 2**20 / 1e9:.1f}" if pd.notna(row.get("peak_mem_mb")) else "–"
+
+
+def _placement(run: dict) -> str:
+    placement = run.get("placement") or {}
+    return "; ".join(f"{device}: {span}" for device, span in placement.items()) or run.get("device", "–")
+
+
+def engine_line(row) -> list:
+    """The table's cells for one row of a cell."""
+    run, timing = row["run"], row["run"]["decode_timing"]
+    batch = ((row.get("config") or {}).get("task") or {}).get("batch_size", "–")
+    graph = "no (several GPUs)" if run.get("static_decode_graph") else \
+        ("yes" if run.get("decode_batches", {}).get("static") and "cuda" in str(run.get("device")) else "no")
+    return [str(row["model"]).removesuffix("@random"), row["quantizer"], row["ctx"], batch, run.get("weights", "–"),
+            row["device"], _placement(run), _peaks(row), timing["prefill_s"], timing["first_step_s"],
+            timing["decode_ms_per_step"],
+            timing["decode_steps"], graph, row["git_sha"]]
+
+
+def engine_markdown(rows: pd.DataFrame) -> str | None:
+    """The engine table of a store's rows, or None when no ok row records its decode timing."""
+    if rows.empty or "run" not in rows:
+        return None
+    timed = rows[(rows["status"] == "ok") & rows["run"].map(
+        lambda run: isinstance(run, dict) and "first_step_s" in (run.get("decode_timing") or {}))]
+    if timed.empty:
+        return None
+    cells = timed.drop_duplicates("cell").sort_values(["model", "ctx", "quantizer", "seed"])
+    lines = ["# How each cell ran: placement, memory and decode time", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(v) for v in engine_line(row)) + " |" for _, row in cells.iterrows()]
+    lines += ["", "From the rows' provenance (`run.decode_timing`, `run.placement`, `peak_mem_mb_by_device`): peak GB "
+              "is the allocator's peak on each GPU during the cell (prefill included); Prefill s, First step s (each generation's first decode step: kernel "
+              "compiles, graph capture) and Decode ms/step (the later steps) are wall times with every GPU synchronised, summed over the cell's batches (a decode step includes "
+              "choosing the token). Weights `random` = a dry run with the model's shapes: its scores mean nothing "
+              "and are in no other table."]
+    return "\n".join(lines) + "\n"
