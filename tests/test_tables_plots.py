@@ -200,3 +200,25 @@ def test_every_canonical_quantizer_has_its_own_colour():
 
 def test_pareto_front_keeps_only_undominated_points():
     assert pareto_front([(16, 95), (2.28, 80), (2.25, 0), (4.25, 70), (2.28, 60)]) == [(2.25, 0), (2.28, 80), (16, 95)]
+
+
+def test_engine_table_shows_timed_cells_once_with_each_gpus_peak():
+    """One line per ok cell whose rows time the first decode step apart; older timings and errors are left out."""
+    import pandas as pd
+    from report.engine_table import engine_markdown
+    timing = {"prefills": 1, "prefill_s": 50.5, "first_step_s": 5.4, "decode_steps": 30, "decode_ms_per_step": 137.9}
+    run = {"weights": "random", "device": "cuda", "decode_timing": timing, "decode_batches": {"static": 1},
+           "placement": {"cuda:0": "layers 0-31", "cuda:1": "layers 32-63"},
+           "static_decode_graph": "off: a CUDA graph captures one device"}
+    base = {"model": "qwen3_32b@random", "quantizer": "bf16", "ctx": "128k", "seed": 0, "status": "ok",
+            "device": "2 x H100", "git_sha": "abc", "config": {"task": {"batch_size": 1}}, "run": run,
+            "peak_mem_mb": 72022.9, "peak_mem_mb_by_device": {"cuda:0": 72022.9, "cuda:1": 70742.9}}
+    old = {**base, "cell": "old", "quantizer": "oscar",
+           "run": {**run, "decode_timing": {k: v for k, v in timing.items() if k != "first_step_s"}}}
+    failed = {**base, "cell": "err", "quantizer": "kivi2", "status": "error"}
+    rows = pd.DataFrame([{**base, "cell": "a", "metric": "m1"}, {**base, "cell": "a", "metric": "m2"}, old, failed])
+    text = engine_markdown(rows)
+    lines = [line for line in text.splitlines() if line.startswith("| qwen3_32b")]
+    assert len(lines) == 1 and "| bf16 |" in lines[0] and "| random |" in lines[0]
+    assert "cuda:0 75.5 / cuda:1 74.2" in lines[0] and "| 137.9 |" in lines[0] and "no (several GPUs)" in lines[0]
+    assert engine_markdown(rows[rows["cell"] == "old"]) is None and engine_markdown(pd.DataFrame()) is None
