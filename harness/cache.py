@@ -186,7 +186,7 @@ class ThreeRegionLayer(DynamicLayer):
     def regions(self) -> tuple[list[int], list[int], list[int]]:
         """(sink, history, recent) token counts of each sequence, from its first real token."""
         sink_cap, pad = self.quantizer.sink_tokens, self.pad or [0] * self.keys.shape[0]
-        real = [self.n_tokens - p for p in pad]
+        real = [max(0, self.n_tokens - p) for p in pad]          # 0 while a chunked prefill is still in the padding
         sink = real if sink_cap is None else [min(n, sink_cap) for n in real]
         hist = self.history_k.lengths if self.history_k is not None and self.history_k.lengths else [0] * len(pad)
         return sink, list(hist), [n - s - h for n, s, h in zip(real, sink, hist)]
@@ -308,7 +308,7 @@ class ThreeRegionLayer(DynamicLayer):
         deq, starts = history.dequantized, self.fp_starts()              # deq: [B, H_kv, N, D]
         rows = []
         for b, (pad, s, h, r, f0) in enumerate(zip(self.pad, sink, hist, recent, starts)):
-            lead = fp.new_zeros(*fp.shape[1:-2], pad, fp.shape[-1])
+            lead = fp.new_zeros(*fp.shape[1:-2], min(pad, self.n_tokens), fp.shape[-1])
             rows.append(torch.cat([lead, fp[b, :, f0:f0 + s], deq[b, :, :h], fp[b, :, f0 + s:f0 + s + r]], dim=-2))
         return torch.stack(rows)
 
@@ -332,6 +332,15 @@ def _int32(values: list[int], device) -> torch.Tensor:
     if len(set(values)) == 1:
         return torch.full((len(values),), values[0], dtype=torch.int32, device=device)
     return torch.tensor(values, dtype=torch.int32).to(device)
+
+
+def set_padding(cache, attention_mask: torch.Tensor) -> None:
+    """Tell each three-region layer its sequences' left padding from the prompt's [B, T] mask before a chunked
+    prefill: a first chunk may hold nothing but padding for a short prompt, so its own mask cannot say."""
+    pad = attention_mask.int().argmax(dim=-1).tolist()                            # first real token of each row
+    for layer in getattr(cache, "layers", []):
+        if isinstance(layer, ThreeRegionLayer):
+            layer.pad = list(pad)
 
 
 def set_lengths(dst: torch.Tensor, values: list[int]) -> None:

@@ -13,6 +13,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from harness.cache import set_padding
 from harness.decode_clock import ClockProcessor, DecodeClock
 from harness.sampling import ChooserProcessor, TokenChooser, check_sampling, example_seeds
 from harness.static_cache import static_decode_refusal, static_generate
@@ -40,7 +41,8 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
 
 def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1, sampling: dict | None = None,
                      stop: list[str] | None = None, desc: str = "generate", static_decode: str = "off",
-                     paths: dict | None = None, seed: int = 0, compile_step: bool = False) -> list[str]:
+                     paths: dict | None = None, seed: int = 0, compile_step: bool = False,
+                     prefill_chunk: int | None = None) -> list[str]:
     """Generate one continuation per example (greedy unless `sampling` says do_sample; `seed` seeds it).
 
     static_decode: off (transformers' generate), on (the frozen cache + CUDA graph of harness.static_cache;
@@ -48,6 +50,7 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
     paths: if given, counts the batches each path served ({"static": n, "generate": m}: row provenance) and keeps
     under "clock" a harness.decode_clock.DecodeClock of their prefills and decode steps.
     compile_step: the static path's steps run the model's RMSNorms, MLPs and RoPE compiled (harness.compiled_step).
+    prefill_chunk: tokens per prefill forward on both paths (None: the whole prompt in one forward).
     The static path replays each step as a CUDA graph when the model sits on one GPU; a model split over several
     decodes its frozen cache in eager steps (a graph captures one device).
     """
@@ -74,11 +77,11 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             if refusal is None:
                 new_tokens = static_generate(model, enc, cache, max_new, _eos_ids(model), tokenizer.pad_token_id,
                                              graph=graph, choose=chooser, stopped=stop_watcher(tokenizer, stop),
-                                             compile_step=compile_step, clock=clock)
+                                             compile_step=compile_step, clock=clock, prefill_chunk=prefill_chunk)
             elif static_decode == "on":
                 raise ValueError(refusal)
             else:
-                new_tokens = _generate(model, tokenizer, enc, cache, max_new, chooser, stop, clock)
+                new_tokens = _generate(model, tokenizer, enc, cache, max_new, chooser, stop, clock, prefill_chunk)
             for i, text in zip(batch, tokenizer.batch_decode(new_tokens, skip_special_tokens=True)):
                 outputs[i] = truncate_at_stop(text, stop)
             bar.update(len(batch))
@@ -87,12 +90,16 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
 
 
 def _generate(model, tokenizer, enc: dict, cache, max_new_tokens: int, chooser: TokenChooser, stop,
-              clock: DecodeClock | None = None) -> torch.Tensor:
+              clock: DecodeClock | None = None, prefill_chunk: int | None = None) -> torch.Tensor:
     """transformers' generate through the seam's cache -> the new tokens [B, <= max_new_tokens].
 
-    generate decodes greedily over the chooser's scores, so a sampling chooser picks every token.
+    generate decodes greedily over the chooser's scores, so a sampling chooser picks every token; prefill_chunk
+    becomes its prefill_chunk_size (the layers learn their padding from the whole prompt's mask first).
     """
     gen_kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    if prefill_chunk and prefill_chunk < enc["input_ids"].shape[1]:
+        set_padding(cache, enc["attention_mask"])
+        gen_kwargs["prefill_chunk_size"] = prefill_chunk
     timer = ClockProcessor(clock) if clock else None
     processors = ([ChooserProcessor(chooser)] if chooser.sample else []) + ([timer] if timer else [])
     if processors:

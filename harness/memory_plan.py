@@ -10,7 +10,8 @@
   + scales/zeros) with the growth slack its buffers are allocated with (`harness/packed_history.py`), the
   dequantized mirror of the reference path (CPU), and sliding-window layers at the whole prompt (transformers'
   sliding layer keeps the prefill's rows until the first decode step);
-* activations: an estimate of the largest transient of one decoder layer during a one-forward prefill
+* activations: an estimate of the largest transient of one decoder layer during a one-forward prefill, or of
+  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V and the chunk's mask)
   (residual stream, attention with the rotations' fp32 copies, the MLP), on every device holding layers,
   plus the logits (and OSCAR's calibration forward) on the lm_head's device;
 * reserve: 1 GiB per GPU (CUDA context, cuBLAS workspace, allocator rounding); OSCAR's calibration capture
@@ -36,6 +37,7 @@ class Workload:
     tokens: int
     dtype_bytes: int
     reference_path: bool      # the PyTorch reference keeps a dequantized mirror of the history
+    prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
 
 
 @dataclass
@@ -157,11 +159,15 @@ def kv_per_layer(config, quantizer, work: Workload) -> list[int]:
 
 
 def activation_bytes(config, work: Workload) -> int:
-    """Largest transient of one decoder layer in a one-forward prefill of the whole prompt (an estimate)."""
+    """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
+    chunk, which also reads the layer's whole cache as full-precision K/V and an explicit [B, chunk, T] mask."""
     s, shape = work.dtype_bytes, shape_of(config)
-    tokens = work.batch * work.tokens
+    chunked = work.prefill_chunk is not None and work.prefill_chunk < work.tokens
+    tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
     residual = 2 * tokens * shape["hidden"] * s
     attention = tokens * shape["head_dim"] * (shape["heads"] * (8 + 2 * s) + shape["kv_heads"] * (4 * s + 8))
+    if chunked:
+        attention += 4 * work.batch * work.tokens * shape["kv_heads"] * shape["head_dim"] * s + tokens * work.tokens
     mlp = 3 * tokens * shape["intermediate"] * s
     return residual + max(attention, mlp)
 
@@ -205,8 +211,9 @@ def plan_memory(config, quantizer, work: Workload, sizes: dict[str, int], layout
     host = capture_bytes(config, quantizer)
     if host:
         plans.setdefault("cpu", DevicePlan(budget=budgets.get("cpu") or pl.device_budget("cpu"))).reserve += host
+    prefill = f"prefill chunks of {work.prefill_chunk} tokens" if work.prefill_chunk else "a one-forward prefill"
     notes = [f"KV cache for {quantizer.name} at batch {work.batch} x {work.tokens} tokens; "
-             f"activations estimated for a one-forward prefill"]
+             f"activations estimated for {prefill}"]
     if host:
         notes.append(f"cpu reserve includes {host / GB:.1f} GB of OSCAR calibration capture (float64 q/k/v)")
     return MemoryPlan(plans, layer_devs, device_map, notes, host)
@@ -227,7 +234,9 @@ def cell_workload(cfg, device: str, use_kernels: bool) -> Workload:
     from harness.models import model_dtype
     tokens = int(cfg.ctx.tokens) + int(cfg.task.get("max_new_tokens", 0) or 0)
     dtype = model_dtype(cfg.model)
-    return Workload(int(cfg.task.get("batch_size", 1) or 1), tokens, torch.finfo(dtype).bits // 8, not use_kernels)
+    chunk = cfg.task.get("prefill_chunk")
+    return Workload(int(cfg.task.get("batch_size", 1) or 1), tokens, torch.finfo(dtype).bits // 8, not use_kernels,
+                    int(chunk) if chunk else None)
 
 
 def requested_devices(cfg, device: str) -> tuple[str, list[str] | dict]:

@@ -47,6 +47,7 @@ ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("quantizer", "rotation_dtype"): "float32",
     ("quantizer", "key_target"): "query",     # OSCAR's key covariance target (tensor: the K^T K ablation)
     ("task", "max_new_tokens"): None,         # LongBench's cap (null: its per-dataset budgets); other tasks set it
+    ("task", "prefill_chunk"): None,          # tokens per prefill forward (null: the whole prompt in one)
 }
 DRY_RUN_SUFFIX = "@random"    # a random-weight model's rows are <model>@random (report/tables.py leaves them out)
 

@@ -24,7 +24,7 @@ from contextlib import nullcontext
 
 import torch
 
-from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths
+from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
 from harness.compiled_step import compile_step_refusal, compiled_parts
 
 
@@ -270,14 +270,35 @@ def _cache_refusal(layers: list, prompt_tokens: int) -> str | None:
     return None
 
 
+def prefill(model, enc: dict, cache, chunk: int | None = None) -> torch.Tensor:
+    """Run the prompt through `cache` -> the last position's logits [B, V]: one forward, or (chunk) forwards of
+    `chunk` tokens each, every later chunk attending to what the cache stores of the earlier ones (their quantized
+    history, as a serving engine's chunked prefill reads it), so the activations of one chunk bound the peak."""
+    mask = enc["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
+    total = mask.shape[1]
+    step = chunk or total
+    if step < total:
+        set_padding(cache, mask)
+    with torch.inference_mode():                          # logits of the last position only: [B, 1, V], not [B, T, V]
+        for start in range(0, total, step):
+            end = min(start + step, total)
+            logits = model(input_ids=enc["input_ids"][:, start:end], attention_mask=mask[:, :end],
+                           position_ids=positions[:, start:end], past_key_values=cache, use_cache=True,
+                           logits_to_keep=1).logits[:, -1]
+    return logits
+
+
 def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[int], pad_id: int, graph: bool,
-                    choose=None, stopped=None, compile_step: bool = False, clock=None) -> torch.Tensor:
+                    choose=None, stopped=None, compile_step: bool = False, clock=None,
+                    prefill_chunk: int | None = None) -> torch.Tensor:
     """Generation like `model.generate`: eager prefill, then frozen-cache decode steps.
 
     enc: input_ids / attention_mask [B, T] (left padding). choose: logits [B, V] -> tokens [B] (greedy when
     None; a harness.sampling.TokenChooser samples). stopped: the tokens so far (a list of [B]) -> bool [B],
     the sequences whose text reached a stop string, asked every 8 steps. compile_step: as `DecodeStep` takes it.
     clock: a harness.decode_clock.DecodeClock that counts the prefill and the decode steps, or None.
+    prefill_chunk: tokens per prefill forward (`prefill`), None for one forward.
     Returns the new tokens [B, <= max_new_tokens]; a sequence that produced an EOS id (or stopped) gets pad_id
     afterwards, and decoding ends once all have.
     """
@@ -285,11 +306,8 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     choose = choose or (lambda logits: logits.argmax(-1))
     mask = enc["attention_mask"]
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)           # [B, T] as generate() builds them
     started = clock.mark() if clock else 0.0
-    with torch.inference_mode():                          # logits of the last position only: [B, 1, V], not [B, T, V]
-        logits = model(**enc, position_ids=positions, past_key_values=cache, use_cache=True,
-                       logits_to_keep=1).logits[:, -1]
+    logits = prefill(model, enc, cache, prefill_chunk)
     started = clock.prefilled(started) if clock else 0.0
     state = freeze(cache, max_new_tokens, mask)
     step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)

@@ -21,7 +21,8 @@ from harness.checks import integer_option
 from harness.generate import generate_outputs
 from harness.intervals import metric_intervals
 
-RUNNER_KEYS = ("name", "batch_size", "stop", "sampling")   # generation settings, not build_examples options
+RUNNER_KEYS = ("name", "batch_size", "stop", "sampling", "prefill_chunk")   # generation settings, not example options
+MIN_PREFILL_CHUNK = 64     # task.prefill_chunk: tokens per prefill forward; shorter chunks would take the decode kernel
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Task:
             integer_option(self.cfg.samples, "task.samples", minimum=0 if self.samples_zero_means_all else 1)
         if "batch_size" in self.cfg:
             integer_option(self.cfg.batch_size, "task.batch_size", minimum=1)
+        if self.cfg.get("prefill_chunk") is not None:
+            integer_option(self.cfg.prefill_chunk, "task.prefill_chunk", minimum=MIN_PREFILL_CHUNK)
 
     def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
             paths: dict | None = None, compile_step: bool = False) -> tuple[dict, list]:
@@ -123,7 +126,8 @@ class GenerationTask(Task):
                                    batch_size=int(self.cfg.get("batch_size", 1)),
                                    sampling=self.cfg.get("sampling"), stop=list(self.cfg.get("stop") or []),
                                    desc=self.name, static_decode=static_decode, paths=paths,
-                                   seed=seed, compile_step=compile_step)
+                                   seed=seed, compile_step=compile_step,
+                                   prefill_chunk=self.cfg.get("prefill_chunk"))
         records = [Record(ex.id, out, float(self.score(ex, out)), len(loaded.tokenizer(ex.prompt)["input_ids"]),
                           ex.meta) for ex, out in zip(examples, outputs)]
         return self.aggregate(records), records

@@ -47,13 +47,13 @@ def _greedy(model, tok, quantizer, prompts, kernels):
     return out.sequences[:, enc.input_ids.shape[1]:], torch.stack(out.logits, dim=1)
 
 
-def _static(model, tok, quantizer, prompts, compile_step=False):
+def _static(model, tok, quantizer, prompts, compile_step=False, prefill_chunk=None):
     """New tokens [B, STEPS] of the frozen cache (CUDA graph on a GPU; its RMSNorms, MLPs and RoPE compiled if
-    compile_step)."""
+    compile_step; the prompt prefilled in chunks of prefill_chunk tokens if given)."""
     enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam:
         return static_generate(model, dict(enc), seam.new_cache(), STEPS, [], tok.pad_token_id, graph=CUDA,
-                               compile_step=compile_step)
+                               compile_step=compile_step, prefill_chunk=prefill_chunk)
 
 
 def _assert_same(alone, batched):
@@ -96,6 +96,31 @@ def test_compiled_static_step_is_batch_invariant(tiny, tmp_path, monkeypatch, na
     alone = _static(model, tok, quantizer, [PROMPT], compile_step=True)
     assert torch.equal(_static(model, tok, quantizer, [PROMPT, *LONGER], compile_step=True)[:1], alone)
     assert torch.equal(alone, _static(model, tok, quantizer, [PROMPT]))
+
+
+CHUNK = 64    # the lone prompt's left padding inside the batch is longer: its first chunks hold padding only
+
+
+@pytest.mark.parametrize("name", ["oscar", "bf16"])
+def test_chunked_prefill_is_batch_invariant_on_both_paths(tiny, tmp_path, monkeypatch, name):
+    """task.prefill_chunk: a prompt prefilled in chunks decodes the same alone as inside a left-padded batch whose
+    first chunks are all padding for it, on the frozen cache and through generate; BF16 (nothing quantized) gives
+    the one-forward prefill's tokens."""
+    from harness.generate import generate_outputs
+    from harness.task import Example
+    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch)
+    enc = tok([PROMPT, *LONGER], return_tensors="pt", padding=True)
+    assert (enc.attention_mask[0] == 0).sum() > 2 * CHUNK
+    alone = _static(model, tok, quantizer, [PROMPT], prefill_chunk=CHUNK)
+    assert torch.equal(_static(model, tok, quantizer, [PROMPT, *LONGER], prefill_chunk=CHUNK)[:1], alone)
+    if name == "bf16":
+        assert torch.equal(alone, _static(model, tok, quantizer, [PROMPT]))
+    examples = [Example(str(i), p, [], max_new_tokens=STEPS) for i, p in enumerate([PROMPT, *LONGER])]
+    with install(model, quantizer, kernels="triton") as seam:
+        def texts(exs, batch_size):
+            return generate_outputs(model, tok, exs, seam.new_cache, batch_size=batch_size, static_decode="off",
+                                    prefill_chunk=CHUNK)
+        assert texts(examples[:1], 1) == texts(examples, 3)[:1]
 
 
 def test_the_lone_prompt_really_is_padded_and_quantized(tiny):

@@ -91,3 +91,22 @@ def test_rows_record_the_placement_and_the_plan(tmp_path):
     row = run_cell(cfg, ResultsStore(tmp_path))[0]
     assert row["run"]["placement"] == {"cpu": "layers 0-1"}
     assert row["run"]["memory_plan"]["cpu"]["weights"] > 0 and row["run"]["host_peak_mb"] > 0
+
+
+def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
+    """task.prefill_chunk bounds a prefill forward's transients by the chunk, plus the cache read as full-precision
+    K/V and the chunk's mask: far below a one-forward prefill of a long prompt."""
+    from harness.memory_plan import Workload, activation_bytes
+    from harness.models import model_config
+    config = model_config(compose_cell("model=qwen3_8b", "model.source=random").model)
+    whole = Workload(batch=4, tokens=131072, dtype_bytes=2, reference_path=False)
+    chunked = Workload(batch=4, tokens=131072, dtype_bytes=2, reference_path=False, prefill_chunk=8192)
+    assert activation_bytes(config, chunked) < activation_bytes(config, whole) / 3
+    assert activation_bytes(config, Workload(4, 4096, 2, False, prefill_chunk=8192)) == \
+        activation_bytes(config, Workload(4, 4096, 2, False))                       # a chunk longer than the prompt
+    cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=4096", "ctx=128k")
+    plan = plan_cell(cfg, build_quantizer("bf16"), "cpu", use_kernels=False, budgets={"cpu": 10**13})
+    one_forward = plan_cell(compose_cell("model=qwen3_8b", "model.source=random", "ctx=128k"), build_quantizer("bf16"),
+                            "cpu", use_kernels=False, budgets={"cpu": 10**13})
+    assert "prefill chunks of 4096 tokens" in plan.describe()
+    assert plan.devices["cpu"].activations < one_forward.devices["cpu"].activations / 3
