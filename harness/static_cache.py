@@ -56,13 +56,9 @@ class StaticState:
         write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)    # fp row of the newest token
         return int32(0), int32(self.n_fp), int32(0), int32(0), write_pos
 
-    @property
-    def lengths(self) -> tuple[torch.Tensor, ...]:
-        """(hist_len, fp_len, hist_start, fp_start), int32 [B] each: what `decode_attention` reads."""
-        return self.hist_len, self.fp_len, self.hist_start, self.fp_start
-
     def lengths_on(self, device) -> tuple[torch.Tensor, ...]:
-        """`lengths` as mirrored on `device` (a layer's GPU)."""
+        """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, as mirrored on `device` (a layer's GPU): what
+        `decode_attention` reads."""
         return self.mirrors[str(device)][:4]
 
     def write(self, layer: ThreeRegionLayer, keys: torch.Tensor, values: torch.Tensor):
