@@ -88,4 +88,4 @@ def test_skipped_boundary_layers_stay_full_precision_on_the_kernel_path(full_att
         assert "skip_boundary_layers" in static_decode_refusal(seam.new_cache(), 40)
         paths = {}
         assert generate_outputs(model, tok, examples, seam.new_cache, static_decode="auto", paths=paths)
-    assert paths == {"generate": 1}
+    assert paths.pop("clock").as_row()["prefills"] == 1 and paths == {"generate": 1}
