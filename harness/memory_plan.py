@@ -158,11 +158,16 @@ def kv_per_layer(config, quantizer, work: Workload) -> list[int]:
             for i, kind in enumerate(kinds)]
 
 
+def is_chunked(work: Workload) -> bool:
+    """The prompt is prefilled in several forwards (a chunk at least as long as it is one forward)."""
+    return work.prefill_chunk is not None and work.prefill_chunk < work.tokens
+
+
 def activation_bytes(config, work: Workload) -> int:
     """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
     chunk, which also reads the layer's whole cache as full-precision K/V and an explicit [B, chunk, T] mask."""
     s, shape = work.dtype_bytes, shape_of(config)
-    chunked = work.prefill_chunk is not None and work.prefill_chunk < work.tokens
+    chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
     residual = 2 * tokens * shape["hidden"] * s
     attention = tokens * shape["head_dim"] * (shape["heads"] * (8 + 2 * s) + shape["kv_heads"] * (4 * s + 8))
@@ -211,7 +216,7 @@ def plan_memory(config, quantizer, work: Workload, sizes: dict[str, int], layout
     host = capture_bytes(config, quantizer)
     if host:
         plans.setdefault("cpu", DevicePlan(budget=budgets.get("cpu") or pl.device_budget("cpu"))).reserve += host
-    prefill = f"prefill chunks of {work.prefill_chunk} tokens" if work.prefill_chunk else "a one-forward prefill"
+    prefill = f"prefill chunks of {work.prefill_chunk} tokens" if is_chunked(work) else "a one-forward prefill"
     notes = [f"KV cache for {quantizer.name} at batch {work.batch} x {work.tokens} tokens; "
              f"activations estimated for {prefill}"]
     if host:

@@ -21,11 +21,22 @@ from __future__ import annotations
 import math
 import weakref
 from contextlib import nullcontext
+from typing import NamedTuple
 
 import torch
 
 from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
 from harness.compiled_step import compile_step_refusal, compiled_parts
+
+
+class DeviceLengths(NamedTuple):
+    """The device tensors of a frozen cache's regions on one GPU (a model over several keeps one per GPU)."""
+
+    hist_len: torch.Tensor     # int32 [B]
+    fp_len: torch.Tensor       # int32 [B]
+    hist_start: torch.Tensor   # int32 [B]
+    fp_start: torch.Tensor     # int32 [B]
+    write_pos: torch.Tensor    # long [1]: fp row of the newest token
 
 
 class StaticState:
@@ -49,12 +60,11 @@ class StaticState:
         self.hist_len, self.fp_len, self.hist_start, self.fp_start, self.write_pos = \
             self.mirrors[str(first.keys.device)]                                     # the first layer's GPU
 
-    def _device_lengths(self, device) -> tuple[torch.Tensor, ...]:
-        """(hist_len, fp_len, hist_start, fp_start) int32 [B] and write_pos long [1] on `device`."""
+    def _device_lengths(self, device) -> DeviceLengths:
         def int32(value):
             return torch.full((self.batch,), value, dtype=torch.int32, device=device)
-        write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)    # fp row of the newest token
-        return int32(0), int32(self.n_fp), int32(0), int32(0), write_pos
+        write_pos = torch.full((1,), self.n_fp - 1, dtype=torch.long, device=device)
+        return DeviceLengths(int32(0), int32(self.n_fp), int32(0), int32(0), write_pos)
 
     def lengths_on(self, device) -> tuple[torch.Tensor, ...]:
         """(hist_len, fp_len, hist_start, fp_start), int32 [B] each, as mirrored on `device` (a layer's GPU): what
@@ -65,7 +75,7 @@ class StaticState:
         """Store one step's rotated keys / values [B, H_kv, 1, D] at the fp row `write_pos` (device index)."""
         if keys.shape[-2] != 1:
             raise ValueError(f"a frozen cache takes one token per sequence per step, got {keys.shape[-2]}.")
-        write_pos = self.mirrors[str(layer.keys.device)][4]
+        write_pos = self.mirrors[str(layer.keys.device)].write_pos
         layer.keys.index_copy_(2, write_pos, keys.to(layer.keys.dtype))
         layer.values.index_copy_(2, write_pos, values.to(layer.values.dtype))
         view = KVView(layer, None, None, 1)
@@ -73,9 +83,9 @@ class StaticState:
 
     def advance(self) -> None:
         """The device half of one step (captured with the forward): one more fp row per sequence."""
-        for _, fp_len, _, _, write_pos in self.mirrors.values():
-            fp_len.add_(1)
-            write_pos.add_(1)
+        for mirror in self.mirrors.values():
+            mirror.fp_len.add_(1)
+            mirror.write_pos.add_(1)
 
     def stepped(self) -> None:
         """The host half of one step, after the forward ran (or was replayed)."""
@@ -95,9 +105,9 @@ class StaticState:
             for layer in self.layers:                       # every layer has the same regions, so the same trim
                 trim = demote_in_place(layer, counts)
             self.n_fp -= trim
-            for _, fp_len, _, _, write_pos in self.mirrors.values():
-                fp_len.sub_(trim)
-                write_pos.sub_(trim)
+            for mirror in self.mirrors.values():
+                mirror.fp_len.sub_(trim)
+                mirror.write_pos.sub_(trim)
             self.sync_lengths()
 
     def sync_lengths(self) -> None:
@@ -105,9 +115,9 @@ class StaticState:
         first = self.layers[0]
         _, hist, _ = first.regions()
         starts = first.fp_starts()
-        for hist_len, _, _, fp_start, _ in self.mirrors.values():
-            set_lengths(hist_len, hist)
-            set_lengths(fp_start, starts)
+        for mirror in self.mirrors.values():
+            set_lengths(mirror.hist_len, hist)
+            set_lengths(mirror.fp_start, starts)
 
 
 def demote_in_place(layer: ThreeRegionLayer, counts: list[int]) -> int:
