@@ -9,6 +9,9 @@ reference (a wrong unpack shows as a large error).
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --grid pairs   # token pairs (pairs.py)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --grid warp_rows  # 16 rows in 8-row programs
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:1024,32:1024 --grid short  # split depth
+
+Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
 A variant that fails to compile or launch (e.g. too much shared memory) is printed with its error.
 """
@@ -24,8 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, copy_bandwidth, decode_call,  # noqa: E402
-                           decode_inputs, graph_ms)
+from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
+                           decode_call, decode_inputs, graph_ms, sdpa_call)
 from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
@@ -46,6 +49,11 @@ GRIDS = {
              {"warp_tiles": True, "block_n": 256, "num_warps": 8},
              {"warp_tiles": True, "block_n": 128, "num_warps": 4, "num_stages": 3},
              {"block_n": 128, "num_warps": 8}],
+    "short": [{}, {"min_split_tiles": 1}, {"min_split_tiles": 2, "block_n": 128},
+              {"min_split_tiles": 1, "block_n": 128}, {"min_split_tiles": 1, "block_n": 64},
+              {"min_split_tiles": 1, "block_n": 128, "block_f": 16}, {"min_split_tiles": 1, "block_n": 64, "block_f": 16},
+              {"min_split_tiles": 1, "block_n": 128, "num_stages": 2}, {"min_split_tiles": 1, "block_n": 128,
+                                                                        "programs_per_sm": 16}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
@@ -77,6 +85,14 @@ def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: fl
     return f"| {batch} | {ctx} | {label} | {ms:.3f} | {tbs:.2f} | {tbs / copy_tbs:.0%} | {err:.1e} |"
 
 
+def sdpa_row(batch: int, ctx: int, shape: AttnShape, copy_tbs: float) -> str:
+    """The point's baseline: BF16 SDPA over the whole context, timed the same way."""
+    nbytes = bf16_bytes(batch, ctx, shape)
+    ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), nbytes)
+    tbs = nbytes / ms / 1e9
+    return f"| {batch} | {ctx} | BF16 SDPA (baseline) | {ms:.3f} | {tbs:.2f} | {tbs / copy_tbs:.0%} | |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, default=128)
@@ -93,6 +109,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for point in args.points.split(","):
         batch, ctx = (int(v) for v in point.split(":"))
+        print(sdpa_row(batch, ctx, shape, copy_tbs), flush=True)
         for change in GRIDS[args.grid]:
             print(sweep_row(batch, ctx, change, shape, copy_tbs, sms), flush=True)
 
