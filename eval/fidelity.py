@@ -45,7 +45,7 @@ def _attention(q, k, v, scaling):
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     logits = torch.einsum("thd,shd->hts", q, k) * scaling             # [H_q, T, T]
-    future = torch.ones(q.shape[0], q.shape[0], dtype=torch.bool).triu(1)
+    future = torch.ones(q.shape[0], q.shape[0], dtype=torch.bool, device=q.device).triu(1)
     logits = logits.masked_fill(future, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     out = torch.einsum("hts,shd->thd", probs, v)                       # [T, H_q, D]
@@ -53,15 +53,17 @@ def _attention(q, k, v, scaling):
 
 
 def layer_errors(module, quantizer, layer_idx, cap) -> dict[str, float]:
-    """The LAYER_METRICS of one layer, that layer alone quantized, over its captured sequences."""
-    r_k = quantizer.key_rotation(layer_idx)
-    r_v = getattr(module, "_kvq_value_rotation", None)               # v was captured through the folded v_proj
+    """The LAYER_METRICS of one layer, that layer alone quantized, over its captured sequences (held on the host;
+    each sequence is measured on the layer's device, where its o_proj and rotations live)."""
+    device = module.o_proj.weight.device
+    r_k, r_v = quantizer.key_rotation(layer_idx), getattr(module, "_kvq_value_rotation", None)  # v: folded v_proj
+    r_k, r_v = (None if r is None else r.float().to(device) for r in (r_k, r_v))
     offset = quantizer.key_offset(layer_idx)                          # [H_kv, D] quantized around, or None
-    shift = 0.0 if offset is None else offset.float()
+    shift = 0.0 if offset is None else offset.float().to(device)
     sums = dict.fromkeys(LAYER_METRICS, 0.0)
     start = 0
     for n in cap.seq_lens:
-        q, k, v_rot = (t[start:start + n].float() for t in (cap.q, cap.k, cap.v))
+        q, k, v_rot = (t[start:start + n].to(device, torch.float32) for t in (cap.q, cap.k, cap.v))  # [n, H, D]
         start += n
         v = v_rot @ r_v.T if r_v is not None else v_rot
         q_r, k_r = (q @ r_k, k @ r_k) if r_k is not None else (q, k)

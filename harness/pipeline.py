@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +184,7 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
         recorder.write_error(f"{type(err).__name__}: {err}")
+        traceback.clear_frames(err.__traceback__)   # a sweep keeps err: its frames must not keep the model alive
         raise
     finally:
         release_memory()

@@ -232,6 +232,32 @@ def test_a_finished_cell_leaves_no_model_behind(tmp_path, monkeypatch):
     assert released == [0, 1]                    # before the plan, and once the cell ended
 
 
+def test_a_failed_cell_leaves_no_model_behind(tmp_path, monkeypatch):
+    """A cell that fails while running (status=error) frees its model too, though its exception lives on (a sweep
+    keeps it): the frames of its traceback no longer hold the model (on the H100 each failed fidelity cell shrank
+    the next cell's budget by ~8 GB)."""
+    import weakref
+    import harness.pipeline as pipeline
+    models = []
+    real_load = pipeline.load_prepared
+
+    def load_prepared(*args, **kwargs):
+        loaded = real_load(*args, **kwargs)
+        models.append(weakref.ref(loaded.model))
+        return loaded
+
+    def failing_run(self, loaded, *args, **kwargs):
+        raise RuntimeError("a kernel failed")
+    from eval.ruler_niah import RulerNiah
+    monkeypatch.setattr(pipeline, "load_prepared", load_prepared)
+    monkeypatch.setattr(RulerNiah, "run", failing_run)
+    cfg = compose_cell("debug=tiny", "task.samples=1", f"results_dir={tmp_path}")
+    with pytest.raises(RuntimeError) as caught:
+        run_cell(cfg, ResultsStore(tmp_path))
+    assert caught.value.__traceback__ is not None
+    assert len(models) == 1 and models[0]() is None
+
+
 # ------------------------------------------------------------------------------- through run.py
 def run_py(*args, results: Path, **kwargs):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))

@@ -2,6 +2,7 @@
 import os
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from harness.pipeline import run_cell
@@ -10,10 +11,10 @@ from report.store import ResultsStore
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "configs")
 
 
-def fidelity_rows(quantizer, tmp_path):
+def fidelity_rows(quantizer, tmp_path, *overrides):
     with initialize_config_dir(config_dir=os.path.abspath(CONFIGS), version_base="1.3"):
         cfg = compose("config", ["model=tiny_gemma3", f"quantizer={quantizer}", "task=fidelity",
-                                 f"results_dir={tmp_path}", "task.tokens=512", "task.seq_len=256"])
+                                 f"results_dir={tmp_path}", "task.tokens=512", "task.seq_len=256", *overrides])
         return {r["metric"]: r["value"] for r in run_cell(cfg, ResultsStore(tmp_path))}
 
 
@@ -28,6 +29,17 @@ def test_identity_has_zero_error_and_int2_does_not(tmp_path, monkeypatch):
     assert set(naive) >= {f"{m}/layer_1" for m in metrics}          # the one full-attention layer
     assert not any(key.endswith("/layer_0") for key in naive)       # the sliding layer is not quantized
     assert naive["k_mse"] == pytest.approx(naive["k_mse/layer_1"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_fidelity_on_the_gpu_measures_what_the_cpu_does(tmp_path, monkeypatch):
+    """The capture stays on the host and each layer is measured where its o_proj and rotations live (the first
+    H100 dry run of the paper's decomposition failed: host activations times a GPU rotation)."""
+    monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
+    cpu = fidelity_rows("oscar", tmp_path / "cpu", "device=cpu")
+    gpu = fidelity_rows("oscar", tmp_path / "gpu", "device=cuda")
+    for metric in ("k_mse", "v_mse", "attn_kl", "attn_output_mse", "propagated_hidden_mse"):
+        assert gpu[metric] > 0 and gpu[metric] == pytest.approx(cpu[metric], rel=0.25)
 
 
 def test_keys_are_quantized_around_the_key_offset():

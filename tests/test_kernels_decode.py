@@ -240,6 +240,20 @@ def test_per_shape_gpu_defaults_match_reference(head_dim, group, small_grid):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+def test_short_histories_split_into_single_tiles_on_small_grids():
+    """Batch 1-2 (small grid): a 1k history splits into one tile per program (results/bench/sweep_decode_short.md);
+    at 128k the split target sets the count as before. Those one-tile splits merge to the reference's result."""
+    from kernels.decode.launch import _num_splits
+    cfg = default_config(128, on_gpu=True, small_grid=True)
+    assert cfg.min_split_tiles == 1
+    assert _num_splits(8, 704, cfg.block_n, 4 * 132, cfg.min_split_tiles) == 6          # 704 tokens, 6 tiles
+    long = _num_splits(8, 131072, cfg.block_n, 4 * 132, cfg.min_split_tiles)
+    assert long == _num_splits(8, 131072, cfg.block_n, 4 * 132, 4) == 66
+    args, kw = make_inputs(1, 8, 2, 1, 128, 700, 20, INT2[128], INT2[128], seed=7)
+    out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None), num_splits=6)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_per_shape_defaults_pick_the_swept_tiles():
     """results/bench/sweep_decode_shapes.md: head_dim 256 takes warp tiles of 128 tokens, 16 rows drop the cap."""
     wide = default_config(256, on_gpu=True)

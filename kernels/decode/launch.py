@@ -60,7 +60,10 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
-    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Warp tiles beat the row-major loop
+    history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Splits of one tile (min_split_tiles=1)
+    shorten a short history's longest program: at batch 1 / 1k 17 -> 12 us (head_dim 64, group 16), 10 -> 8 us
+    (64, group 3), 12 -> 9 us (128, group 4), and 1-2 us less at 4k (results/bench/sweep_decode_short.md); from
+    ~34k tokens the split target, not the tile count, sets the splits, so long contexts launch as before. Warp tiles beat the row-major loop
     everywhere on single-group layouts once the values became the MMA's A operand: 9 % less time at batch 1 /
     128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
     There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
@@ -78,7 +81,7 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
         return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if small_grid:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
-                            programs_per_sm=4, warp_tiles=True)
+                            programs_per_sm=4, min_split_tiles=1, warp_tiles=True)
     if not per_token:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
     return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
