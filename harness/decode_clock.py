@@ -2,13 +2,15 @@
 
     clock = DecodeClock()
     start = clock.mark(); prefill(); start = clock.prefilled(start)   # one prefill
-    step(); start = clock.first_step(start)                            # the first decode step (compiles, captures)
+    step(); step(); start = clock.first_step(start, 2)                 # the setup steps (compile; graph capture)
     n = decode(); clock.decoded(start, n)                              # n more decode steps (a forward each)
-    clock.as_row()   # {"prefills": 1, "prefill_s": ..., "first_step_s": ..., "decode_steps": n, "decode_ms_per_step": ...}
+    clock.as_row()   # {"prefills": 1, "prefill_s": ..., "first_step_s": ..., "setup_steps": 2, "decode_steps": n, ...}
 
 A row's `run.decode_timing` comes from here: it says how long a cell's decode steps took on its engine
-(frozen cache or transformers' generate; one device or several), summed over the cell's batches. The first step
-of each generation is kept apart: it JIT-compiles the Triton kernels on a fresh machine and captures the CUDA graph.
+(frozen cache or transformers' generate; one device or several), summed over the cell's batches. The setup steps
+of each generation are kept apart (`first_step_s`): the first decode step JIT-compiles the Triton kernels on a fresh
+machine, and with a CUDA graph the second captures it (`DecodeStep.setup_calls`); before 2026-11-25's fix the
+capture was counted among the decode steps, which inflated `decode_ms_per_step` of short graph generations.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ class DecodeClock:
     """Seconds spent in prefills and in decode steps, and how many of each."""
 
     def __init__(self):
-        self.prefills, self.prefill_s, self.first_step_s = 0, 0.0, 0.0
+        self.prefills, self.prefill_s, self.first_step_s, self.setup_steps = 0, 0.0, 0.0, 0
         self.decode_steps, self.decode_s = 0, 0.0
 
     @staticmethod
@@ -43,10 +45,11 @@ class DecodeClock:
         self.prefills, self.prefill_s = self.prefills + 1, self.prefill_s + now - start
         return now
 
-    def first_step(self, start: float) -> float:
-        """Count a generation's first decode step, begun at `start`, apart; returns now."""
+    def first_step(self, start: float, steps: int = 1) -> float:
+        """Count a generation's `steps` setup steps (its first decode step; with a CUDA graph also the capture),
+        begun at `start`, apart; returns now."""
         now = self.mark()
-        self.first_step_s += now - start
+        self.first_step_s, self.setup_steps = self.first_step_s + now - start, self.setup_steps + steps
         return now
 
     def decoded(self, start: float, steps: int) -> None:
@@ -56,7 +59,8 @@ class DecodeClock:
     def as_row(self) -> dict:
         per_step = self.decode_s * 1e3 / self.decode_steps if self.decode_steps else None
         return {"prefills": self.prefills, "prefill_s": round(self.prefill_s, 3),
-                "first_step_s": round(self.first_step_s, 3), "decode_steps": self.decode_steps,
+                "first_step_s": round(self.first_step_s, 3), "setup_steps": self.setup_steps,
+                "decode_steps": self.decode_steps,
                 "decode_ms_per_step": None if per_step is None else round(per_step, 3)}
 
 

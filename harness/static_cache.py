@@ -215,6 +215,12 @@ class DecodeStep:
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
         self.calls, self.cuda_graph, self.logits = 0, None, None
 
+    @property
+    def setup_calls(self) -> int:
+        """Calls that prepare the step rather than run it at speed: the eager warm-up (it compiles the kernels)
+        and, with a CUDA graph, the capture."""
+        return 2 if self.graph else 1
+
     def _forward(self) -> torch.Tensor:
         self.state.advance()
         with compiled_parts(self.model) if self.compile_step else nullcontext():
@@ -333,8 +339,10 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
             if bool(done.all()):
                 break
         logits = step(token[:, None], next_position + i)[:, -1]
-        if clock and step.calls == 1:                                              # compiles, warms the graph
-            started = clock.first_step(started)
+        if clock and step.calls == step.setup_calls:                     # compiled (and captured): replays follow
+            started = clock.first_step(started, step.setup_calls)
     if clock and step.calls:
-        clock.decoded(started, step.calls - 1)
+        if step.calls < step.setup_calls:                                # the generation ended inside the setup
+            started = clock.first_step(started, step.calls)
+        clock.decoded(started, max(step.calls - step.setup_calls, 0))
     return torch.stack(tokens, dim=1)

@@ -4,7 +4,8 @@
 
 One line per cell (status ok) whose rows record `run.decode_timing` with the first decode step apart (`first_step_s`;
 the rows of an earlier commit counted its kernel compiles in the per-step time and are left out); stores with none
-get no engine table. No score is shown, so random-weight dry runs appear, marked in the Weights column: what they
+get no engine table. A CUDA-graph row without `setup_steps` counted its graph capture among the decode steps (before
+the clock kept it with the setup): its per-step time is marked §. No score is shown, so random-weight dry runs appear, marked in the Weights column: what they
 measure (placement, memory, time) does not depend on the weights.
 """
 from __future__ import annotations
@@ -27,6 +28,12 @@ def _placement(run: dict) -> str:
     return "; ".join(f"{device}: {span}" for device, span in placement.items()) or run.get("device", "–")
 
 
+def _per_step(timing: dict, graph: str) -> str:
+    """Decode ms/step, marked § when a CUDA-graph generation's capture was counted in it (rows without setup_steps)."""
+    stale = graph == "yes" and "setup_steps" not in timing
+    return f"{timing['decode_ms_per_step']}" + ("§" if stale else "")
+
+
 def engine_line(row) -> list:
     """The table's cells for one row of a cell."""
     run, timing = row["run"], row["run"]["decode_timing"]
@@ -35,8 +42,7 @@ def engine_line(row) -> list:
         ("yes" if run.get("decode_batches", {}).get("static") and "cuda" in str(run.get("device")) else "no")
     return [str(row["model"]).removesuffix("@random"), row["quantizer"], row["ctx"], batch, run.get("weights", "–"),
             row["device"], _placement(run), _peaks(row), timing["prefill_s"], timing["first_step_s"],
-            timing["decode_ms_per_step"],
-            timing["decode_steps"], graph, row["git_sha"]]
+            _per_step(timing, graph), timing["decode_steps"], graph, row["git_sha"]]
 
 
 def engine_markdown(rows: pd.DataFrame) -> str | None:
@@ -52,8 +58,11 @@ def engine_markdown(rows: pd.DataFrame) -> str | None:
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(v) for v in engine_line(row)) + " |" for _, row in cells.iterrows()]
     lines += ["", "From the rows' provenance (`run.decode_timing`, `run.placement`, `peak_mem_mb_by_device`): peak GB "
-              "is the allocator's peak on each GPU during the cell (prefill included); Prefill s, First step s (each generation's first decode step: kernel "
-              "compiles, graph capture) and Decode ms/step (the later steps) are wall times with every GPU synchronised, summed over the cell's batches (a decode step includes "
-              "choosing the token). Weights `random` = a dry run with the model's shapes: its scores mean nothing "
-              "and are in no other table."]
+              "is the allocator's peak on each GPU during the cell (prefill included); Prefill s, First step s (each "
+              "generation's setup steps: the first decode step, which compiles the kernels, and with a CUDA graph the "
+              "second, which captures it) and Decode ms/step (the later steps) are wall times with every GPU "
+              "synchronised, summed over the cell's batches (a decode step includes choosing the token). § = a row "
+              "recorded before the capture was counted with the setup: its mean includes one graph capture per "
+              "generation (large for short generations). Weights `random` = a dry run with the model's shapes: its "
+              "scores mean nothing and are in no other table."]
     return "\n".join(lines) + "\n"

@@ -44,7 +44,6 @@ def test_fidelity_on_the_gpu_measures_what_the_cpu_does(tmp_path, monkeypatch):
 
 def test_keys_are_quantized_around_the_key_offset():
     """A planted per-channel key offset: quantizing around it cuts the key error; logits stay comparable."""
-    import torch
     from types import SimpleNamespace
 
     from eval.fidelity import layer_errors

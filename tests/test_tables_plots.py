@@ -222,3 +222,22 @@ def test_engine_table_shows_timed_cells_once_with_each_gpus_peak():
     assert len(lines) == 1 and "| bf16 |" in lines[0] and "| random |" in lines[0]
     assert "cuda:0 75.5 / cuda:1 74.2" in lines[0] and "| 137.9 |" in lines[0] and "no (several GPUs)" in lines[0]
     assert engine_markdown(rows[rows["cell"] == "old"]) is None and engine_markdown(pd.DataFrame()) is None
+
+
+def test_engine_table_marks_graph_timings_that_counted_the_capture():
+    """A one-GPU CUDA-graph row without setup_steps counted its graph capture among the decode steps: §. A row
+    with setup_steps, and an eager one, are not marked."""
+    import pandas as pd
+    from report.engine_table import engine_markdown
+    timing = {"prefills": 1, "prefill_s": 2.0, "first_step_s": 1.5, "decode_steps": 14, "decode_ms_per_step": 88.9}
+    run = {"weights": "random", "device": "cuda", "decode_batches": {"static": 1}, "placement": {"cuda:0": "all"}}
+    base = {"model": "qwen3_8b@random", "ctx": "16k", "seed": 0, "status": "ok", "device": "H100", "git_sha": "abc",
+            "config": {"task": {"batch_size": 1}}, "peak_mem_mb": 1000.0, "metric": "m"}
+    rows = pd.DataFrame([
+        {**base, "cell": "old", "quantizer": "quarot_int2", "run": {**run, "decode_timing": timing}},
+        {**base, "cell": "new", "quantizer": "oscar", "run": {**run, "decode_timing": {**timing, "setup_steps": 2}}},
+        {**base, "cell": "eager", "quantizer": "bf16",
+         "run": {**run, "device": "cpu", "decode_timing": timing}}])
+    lines = {line.split(" | ")[1]: line for line in engine_markdown(rows).splitlines() if line.startswith("| qwen3")}
+    assert "| 88.9§ |" in lines["quarot_int2"]
+    assert "| 88.9 |" in lines["oscar"] and "| 88.9 |" in lines["bf16"]

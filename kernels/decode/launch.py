@@ -63,7 +63,8 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Splits of one tile (min_split_tiles=1)
     shorten a short history's longest program: at batch 1 / 1k 17 -> 12 us (head_dim 64, group 16), 10 -> 8 us
     (64, group 3), 12 -> 9 us (128, group 4), and 1-2 us less at 4k (results/bench/sweep_decode_short.md); from
-    ~34k tokens the split target, not the tile count, sets the splits, so long contexts launch as before. Warp tiles beat the row-major loop
+    ~34k tokens at batch 1 the split target, not the tile count, sets the splits, so long contexts launch as
+    before (between 4k and 34k the change is untimed against the old tile). Warp tiles beat the row-major loop
     everywhere on single-group layouts once the values became the MMA's A operand: 9 % less time at batch 1 /
     128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
     There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
