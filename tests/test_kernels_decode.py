@@ -383,3 +383,20 @@ def test_dispatch_modes(monkeypatch):
         use_triton("cpu", "fast")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert use_triton("cpu") and use_triton("cpu", "triton")
+
+
+@pytest.mark.parametrize("name", ["int2-g4-d128-n1000-splits3", "int4k-int2v-g4-d128-n300-tq16",
+                                  "int4-g3-d64-n129-tq4-grouped-v"])
+def test_single_launch_merge_matches_reference(name):
+    """`DecodeConfig.single_launch`: the last stage-1 program of each row block merges the splits itself (several
+    splits, several row blocks, T_q > 1): the reference's result, and its counters back at zero for the next call."""
+    from kernels.decode.launch import _MERGE_COUNTERS
+    *shape, num_splits = CASES[name]
+    args, kw = make_inputs(*shape)
+    ref = decode_attention_reference(*args, **kw)
+    on_gpu = DEVICE == "cuda" and not interpreter_forced()       # on a GPU: its default tile, real memory ordering
+    cfg = replace(default_config(shape[4], on_gpu=on_gpu), single_launch=True)
+    for _ in range(2):                                            # the second call reuses the reset counters
+        out = decode_attention(*args, **kw, config=cfg, num_splits=num_splits)
+        assert (out - ref).abs().max().item() < TOL
+    assert not _MERGE_COUNTERS[args[0].device].any()

@@ -24,7 +24,10 @@ Two launches (flash-decoding):
   Grouped token layouts and the KIVI channel layout dequantize each field instead.
   Splits s >= S_hist attend to the fp segment (BF16 sink + recent) with the causal rule for the
   T_q new tokens. Each split stores its normalized partial output and base-2 log-sum-exp.
-* stage 2, grid `(B * H_kv, GROUP * T_q)`: log-sum-exp merge of all splits into `out`.
+* stage 2, grid `(B * H_kv, GROUP * T_q)`: log-sum-exp merge of all splits into `out`. With
+  `DecodeConfig.single_launch` there is no stage 2: each stage-1 program counts itself in on an atomic counter of
+  its (sequence x KV head, row block) and the last one merges (`merge._merge_if_last`); built for short histories,
+  where the second launch costs more than the work, and checked against the reference, but not yet timed on a GPU.
 
 The number of history splits fills the GPU (`DecodeConfig.programs_per_sm` programs per SM), with at
 least `min_split_tiles` tiles per split. On the GPU the dot operands are fp16 (fp32 accumulation);

@@ -33,6 +33,9 @@ class DecodeConfig:
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
+    single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
+                                 # `_merge_if_last`): one launch per call; built for short histories, not yet
+                                 # timed on a GPU, so no default takes it
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -208,13 +211,30 @@ def _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero) -> N
         raise ValueError("scale/zero pairs must share strides.")
 
 
+_MERGE_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def merge_counters(device: torch.device, n: int) -> torch.Tensor:
+    """At least n zeroed int32 counters for single-launch merges on `device`: kept across calls (the merging
+    program resets its counter), so a CUDA graph replays with them; one decode call in flight per device."""
+    counters = _MERGE_COUNTERS.get(device)
+    if counters is None or counters.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("single-launch decode allocates its counters in its first call; run one call "
+                               "eagerly before capturing a CUDA graph.")
+        counters = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _MERGE_COUNTERS[device] = counters
+    return counters
+
+
 def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_gpu: bool, num_splits: int | None,
-                row_block: int, stage1) -> torch.Tensor:
+                row_block: int, stage1, single_launch: bool = False) -> torch.Tensor:
     """Plan the splits, run stage 1 and the stage-2 merge -> out [B, H_q, T_q, D] (zeros without any key).
 
-    stage1(grid, part_o, part_lse, hist_splits, fp_splits) launches a format's stage-1 kernel on `grid`
-    (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
-    [B * H_kv, splits, rows] (fp32), hist_splits history splits first.
+    stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters) launches a format's stage-1 kernel on
+    `grid` (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
+    [B * H_kv, splits, rows] (fp32), hist_splits history splits first. single_launch: the stage-1 kernel merges
+    into `out` itself (`counters` given, no stage 2); otherwise counters is None.
     """
     batch, q_heads, q_tokens, head_dim = q.shape
     units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
@@ -228,7 +248,11 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
         return out.zero_()
     part_o = q.new_empty(units, n_splits, n_rows, head_dim, dtype=torch.float32)
     part_lse = q.new_empty(units, n_splits, n_rows, dtype=torch.float32)
-    stage1((n_splits, units, triton.cdiv(n_rows, row_block)), part_o, part_lse, hist_splits, fp_splits)
+    row_blocks = triton.cdiv(n_rows, row_block)
+    counters = merge_counters(q.device, units * row_blocks) if single_launch else None
+    stage1((n_splits, units, row_blocks), part_o, part_lse, hist_splits, fp_splits, out, counters)
+    if single_launch:
+        return out
     _decode_stage2_kernel[(units, n_rows)](
         part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
         GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, num_warps=4,
@@ -258,11 +282,11 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
 
-    def stage1(grid, part_o, part_lse, hist_splits, fp_splits):
+    def stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters):
         _decode_stage1_kernel[grid](
             q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
-            hist_len, fp_len, hist_start, fp_start, part_o, part_lse,
-            sm_scale * LOG2E, kv_heads, q_tokens, group * q_tokens, hist_splits, fp_splits,
+            hist_len, fp_len, hist_start, fp_start, part_o, part_lse, part_lse if counters is None else counters,
+            out, sm_scale * LOG2E, kv_heads, q_tokens, group * q_tokens, hist_splits, fp_splits, *out.stride()[:3],
             *q.stride()[:3], *k_codes.stride()[:3], *k_scale.stride()[:3],
             *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
             GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
@@ -270,7 +294,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
             WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
-            num_warps=cfg.num_warps,
+            SINGLE_LAUNCH=counters is not None, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
-    return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1)
+    return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,
+                       single_launch=cfg.single_launch)

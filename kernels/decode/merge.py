@@ -1,4 +1,5 @@
-"""Stage 2: the log-sum-exp merge of every split's partial output into the attention output."""
+"""Stage 2: the log-sum-exp merge of every split's partial output into the attention output; or, with
+`DecodeConfig.single_launch`, the same merge done by the last stage-1 program of each row block (`_merge_if_last`)."""
 from __future__ import annotations
 
 import triton
@@ -33,3 +34,39 @@ def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, n_splits, kv_heads,
     head = (bh % kv_heads) * GROUP + row // q_tokens
     tl.store(out_ptr + b * stride_ob + head * stride_oh + (row % q_tokens) * stride_ot + d,
              out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _merge_if_last(counter_ptr, part_o_ptr, part_lse_ptr, out_ptr, rows, row_ok, n_splits, n_rows, kv_heads,
+                   q_tokens, stride_ob, stride_oh, stride_ot, GROUP: tl.constexpr, D: tl.constexpr):
+    """Count this stage-1 program in as done; the last of its (sequence x KV head, row block) merges every split.
+
+    The counter [B * H_kv, row blocks] (int32, zero between calls) is taken with acquire-release after a block
+    barrier, so the other programs' partials are visible to the merging one; it reads them past L1 (.cg) and
+    resets the counter for the next call (a CUDA graph replays with the same counters).
+    """
+    bh = tl.program_id(1)
+    counter = counter_ptr + bh * tl.num_programs(2) + tl.program_id(2)
+    tl.debug_barrier()                                          # every thread's partial stores precede the count
+    if tl.atomic_add(counter, 1, sem="acq_rel") == n_splits - 1:
+        d = tl.arange(0, D)
+        m = tl.full(rows.shape, float("-inf"), tl.float32)
+        den = tl.zeros(rows.shape, tl.float32)
+        acc = tl.zeros((rows.shape[0], D), tl.float32)
+        for split in range(0, n_splits):
+            slot = (bh.to(tl.int64) * n_splits + split) * n_rows + rows                   # [BLOCK_R]
+            lse = tl.load(part_lse_ptr + slot, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+            o = tl.load(part_o_ptr + slot[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0,
+                        cache_modifier=".cg")                                               # [BLOCK_R, D]
+            m_new = tl.maximum(m, lse)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha, w = tl.exp2(m - m_safe), tl.exp2(lse - m_safe)
+            den = den * alpha + w
+            acc = acc * alpha[:, None] + w[:, None] * o
+            m = m_new
+        out = acc / tl.where(den > 0, den, 1.0)[:, None]
+        b = (bh // kv_heads).to(tl.int64)
+        head = (bh % kv_heads) * GROUP + rows // q_tokens
+        ptrs = out_ptr + b * stride_ob + head[:, None] * stride_oh + (rows % q_tokens)[:, None] * stride_ot + d[None, :]
+        tl.store(ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+        tl.atomic_xchg(counter, 0)

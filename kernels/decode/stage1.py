@@ -7,6 +7,7 @@ import triton.language as tl
 from kernels.decode.channel_keys import _history_warp_channel_keys
 from kernels.decode.common import _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
+from kernels.decode.merge import _merge_if_last
 from kernels.decode.packed import _history_split
 from kernels.decode.pairs import _history_warp_pairs
 from kernels.decode.warp_tiles import _history_warp_tiles
@@ -15,8 +16,8 @@ from kernels.decode.warp_tiles import _history_warp_tiles
 @triton.jit
 def _decode_stage1_kernel(
     q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, fk_ptr, fv_ptr,
-    hist_len_ptr, fp_len_ptr, hist_start_ptr, fp_start_ptr, part_o_ptr, part_lse_ptr,
-    qk_scale, kv_heads, q_tokens, n_rows, n_hist_splits, n_fp_splits,
+    hist_len_ptr, fp_len_ptr, hist_start_ptr, fp_start_ptr, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr,
+    qk_scale, kv_heads, q_tokens, n_rows, n_hist_splits, n_fp_splits, stride_ob, stride_oh, stride_ot,
     stride_qb, stride_qh, stride_qt,
     stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
     stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
@@ -25,7 +26,7 @@ def _decode_stage1_kernel(
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
     WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
-    ASM_UNPACK: tl.constexpr,
+    ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr,
 ):
     split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
                                                            stride_qb, stride_qh, stride_qt, GROUP, BLOCK_R)
@@ -57,3 +58,6 @@ def _decode_stage1_kernel(
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
                     split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
                     part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
+    if SINGLE_LAUNCH:
+        _merge_if_last(counter_ptr, part_o_ptr, part_lse_ptr, out_ptr, rows, row_ok, n_hist_splits + n_fp_splits,
+                       n_rows, kv_heads, q_tokens, stride_ob, stride_oh, stride_ot, GROUP, D)

@@ -181,7 +181,7 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     cfg = config or (GPU_CONFIG if on_gpu else default_config(head_dim, on_gpu=False))
 
-    def stage1(grid, part_o, part_lse, hist_splits, fp_splits):
+    def stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters):      # two launches: counters None
         _decode_stage1_turbo_kernel[grid](
             q, k_codes, k_norm, v_codes, v_scale, v_zero, fp_k, fp_v, centroids,
             hist_len, fp_len, hist_start, fp_start, part_o, part_lse,

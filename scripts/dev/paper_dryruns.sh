@@ -2,7 +2,8 @@
 # The paper experiments end to end on random weights with the paper models' shapes (issue #19's device dry runs):
 # a few samples, short generation, every cell of each experiment's quantizer axis. On the GPU box, from the repo root:
 #   STORE=results/dryrun bash scripts/dev/paper_dryruns.sh ruler aime_int2 ablation fidelity
-# Rows land in $STORE (default results/dryrun; cells already there are skipped), named <model>@random; tables:
+# Rows land in $STORE (default results/dryrun; cells already there are skipped), named <model>@random; with $OUT
+# set (the device tool, which returns no deep folder) the store is also packed into $OUT/<store name>.tgz. Tables:
 #   python scripts/make_tables.py --results results/dryrun --dry-runs
 set -u
 STORE=${STORE:-results/dryrun}
@@ -27,3 +28,6 @@ for part in "$@"; do
     *) echo "unknown part '$part' (ruler, aime_int2, ablation, fidelity)"; exit 2 ;;
   esac
 done
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/$(basename "$STORE").tgz" -C "$(dirname "$STORE")" "$(basename "$STORE")"
+fi

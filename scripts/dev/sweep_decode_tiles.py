@@ -9,7 +9,8 @@ reference (a wrong unpack shows as a large error).
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --grid pairs   # token pairs (pairs.py)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --grid warp_rows  # 16 rows in 8-row programs
-    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:1024,32:1024 --grid short  # split depth
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:1024,32:1024 --grid short  # split
+        # depth, and the single-launch merge (DecodeConfig.single_launch: stage 1 merges, no second launch)
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -53,7 +54,8 @@ GRIDS = {
               {"min_split_tiles": 1, "block_n": 128}, {"min_split_tiles": 1, "block_n": 64},
               {"min_split_tiles": 1, "block_n": 128, "block_f": 16}, {"min_split_tiles": 1, "block_n": 64, "block_f": 16},
               {"min_split_tiles": 1, "block_n": 128, "num_stages": 2}, {"min_split_tiles": 1, "block_n": 128,
-                                                                        "programs_per_sm": 16}],
+                                                                        "programs_per_sm": 16},
+              {"single_launch": True}, {"single_launch": True, "block_n": 64}, {"single_launch": True, "block_f": 16}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
