@@ -161,6 +161,17 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     assert shared["warp tiles", "False"]["LDS.U8"] == 64  # the value codes' byte gathers (README, Known limits)
 
 
+def test_single_launch_merge_orders_its_memory_on_the_h100():
+    """DecodeConfig.single_launch compiled for sm_90a offline: the partials are stored before a block barrier, one
+    thread fences (release) and takes the counter at GPU scope, invalidates L1 (acquire) and shares the count
+    through a barrier before any thread reads the other programs' partials."""
+    proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--single-launch"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    orderings = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("single-launch")]
+    assert orderings == ["BAR.SYNC MEMBAR.ALL.GPU ATOMG.E.ADD.STRONG.GPU CCTL.IVALL BAR.SYNC"] * 2
+
+
 def test_write_sass_counts_the_clip_and_the_descent_issues_fewer_instructions_than_extraction():
     """scripts/dev/write_sass.py compiles the write kernel for sm_90a offline: no GPU needed."""
     proc = subprocess.run([sys.executable, "scripts/dev/write_sass.py", "--methods", "no clip,extract,descend"],

@@ -5,6 +5,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
+    python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -65,7 +66,7 @@ LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64),
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
                  "vs_ptr": "*fp16", "vz_ptr": "*fp16", "fk_ptr": "*bf16", "fv_ptr": "*bf16", "hist_len_ptr": "*i32",
                  "fp_len_ptr": "*i32", "hist_start_ptr": "*i32", "fp_start_ptr": "*i32", "part_o_ptr": "*fp32",
-                 "part_lse_ptr": "*fp32"}
+                 "part_lse_ptr": "*fp32", "counter_ptr": "*i32", "out_ptr": "*bf16"}
 
 
 def runtime_arguments(layout: Layout) -> dict:
@@ -74,7 +75,7 @@ def runtime_arguments(layout: Layout) -> dict:
     k_rows, k_cols = (HIST // layout.k_group, d) if layout.k_channel else (HIST, d // layout.k_group)
     v_cols = d // layout.v_group
     return dict(qk_scale=d ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=q_heads // KV_HEADS,
-                n_hist_splits=16, n_fp_splits=1,
+                n_hist_splits=16, n_fp_splits=1, stride_ob=q_heads * d, stride_oh=d, stride_ot=d,
                 stride_qb=q_heads * d, stride_qh=d, stride_qt=d,
                 stride_kcb=KV_HEADS * HIST * nb, stride_kch=HIST * nb, stride_kcn=nb,
                 stride_ksb=KV_HEADS * k_rows * k_cols, stride_ksh=k_rows * k_cols, stride_ksn=k_cols,
@@ -114,7 +115,8 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]):
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
                       WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16,
                       WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if warp_tiles else ROW_BLOCK,
-                      BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack)
+                      BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
+                      SINGLE_LAUNCH=cfg.single_launch)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
@@ -183,12 +185,30 @@ def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
     return "warp tiles, pairs" if cfg.token_pairs and layout.head_dim * BITS // 8 == 16 else "warp tiles"
 
 
+ORDERING = re.compile(r"\b(BAR\.SYNC|MEMBAR\.\w+\.\w+|ATOMG\.E\.\w+\.STRONG\.GPU|CCTL\.IVALL)")
+
+
+def merge_ordering(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]) -> list[str]:
+    """The synchronisation around the single-launch merge's counter, in program order: the block barrier after the
+    partial stores, the release fence, the atomic, the L1 invalidation and the barrier that shares its result."""
+    lines = cuda_tool("nvdisasm", compile_stage1(replace(cfg, single_launch=True), layout).asm["cubin"], "-c")
+    ops = [m.group(1) for m in map(ORDERING.search, lines.splitlines()) if m]
+    first_atomic = next(i for i, op in enumerate(ops) if op.startswith("ATOMG"))
+    return ops[max(first_atomic - 2, 0):first_atomic + 3]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
     parser.add_argument("--layout", default="int2", choices=sorted(LAYOUTS))
+    parser.add_argument("--single-launch", action="store_true", help="print the merge's memory ordering and stop")
     args = parser.parse_args()
     layout = LAYOUTS[args.layout]
+    if args.single_launch:
+        for small in (True, False):
+            cfg = default_config(layout.head_dim, on_gpu=True, small_grid=small)
+            print(f"single-launch merge, small_grid={small}: " + " ".join(merge_ordering(cfg, layout)))
+        return
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
           "| leading opcodes | shared memory and barriers |")
     print("|---|---|---|---|---|---|---|---|")
