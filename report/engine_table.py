@@ -5,8 +5,8 @@
 One line per cell (status ok) whose rows record `run.decode_timing` with the first decode step apart (`first_step_s`;
 the rows of an earlier commit counted its kernel compiles in the per-step time and are left out); stores with none
 get no engine table. A CUDA-graph row without `setup_steps` counted its graph capture among the decode steps (before
-the clock kept it with the setup): its per-step time is marked §. No score is shown, so random-weight dry runs appear, marked in the Weights column: what they
-measure (placement, memory, time) does not depend on the weights.
+the clock kept it with the setup): its per-step time is marked §. No score is shown, so random-weight dry runs
+appear, marked in the Weights column: what they measure (placement, memory, time) does not depend on the weights.
 """
 from __future__ import annotations
 
