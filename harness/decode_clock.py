@@ -2,7 +2,7 @@
 
     clock = DecodeClock()
     start = clock.mark(); prefill(); start = clock.prefilled(start)   # one prefill
-    step(); step(); start = clock.first_step(start, 2)                 # the setup steps (compile; graph capture)
+    step(); step(); start = clock.set_up(start, 2)                     # the setup steps (compile; graph capture)
     n = decode(); clock.decoded(start, n)                              # n more decode steps (a forward each)
     clock.as_row()   # {"prefills": 1, "prefill_s": ..., "first_step_s": ..., "setup_steps": 2, "decode_steps": n, ...}
 
@@ -45,7 +45,7 @@ class DecodeClock:
         self.prefills, self.prefill_s = self.prefills + 1, self.prefill_s + now - start
         return now
 
-    def first_step(self, start: float, steps: int = 1) -> float:
+    def set_up(self, start: float, steps: int = 1) -> float:
         """Count a generation's `steps` setup steps (its first decode step; with a CUDA graph also the capture),
         begun at `start`, apart; returns now."""
         now = self.mark()
@@ -75,7 +75,7 @@ class ClockProcessor(LogitsProcessor):
         if self.calls == 0:
             self.start = self.clock.prefilled(self.start)
         elif self.calls == 1:
-            self.start = self.clock.first_step(self.start)
+            self.start = self.clock.set_up(self.start)
         self.calls += 1
         return scores
 

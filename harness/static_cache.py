@@ -340,9 +340,9 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
                 break
         logits = step(token[:, None], next_position + i)[:, -1]
         if clock and step.calls == step.setup_calls:                     # compiled (and captured): replays follow
-            started = clock.first_step(started, step.setup_calls)
+            started = clock.set_up(started, step.setup_calls)
     if clock and step.calls:
         if step.calls < step.setup_calls:                                # the generation ended inside the setup
-            started = clock.first_step(started, step.calls)
+            started = clock.set_up(started, step.calls)
         clock.decoded(started, max(step.calls - step.setup_calls, 0))
     return torch.stack(tokens, dim=1)

@@ -222,7 +222,7 @@ def merge_counters(device: torch.device, n: int) -> torch.Tensor:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("single-launch decode allocates its counters in its first call; run one call "
                                "eagerly before capturing a CUDA graph.")
-        counters = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        counters = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)    # a floor: few regrowths
         _MERGE_COUNTERS[device] = counters
     return counters
 

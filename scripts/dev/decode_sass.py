@@ -208,6 +208,9 @@ def main() -> None:
         for small in (True, False):
             cfg = default_config(layout.head_dim, on_gpu=True, small_grid=small)
             print(f"single-launch merge, small_grid={small}: " + " ".join(merge_ordering(cfg, layout)))
+            print(f"registers, small_grid={small}: " + ", ".join(
+                f"single_launch={on} {registers(compile_stage1(replace(cfg, single_launch=on), layout).asm['cubin'])}"
+                for on in (False, True)))
         return
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
           "| leading opcodes | shared memory and barriers |")
