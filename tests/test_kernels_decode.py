@@ -254,6 +254,28 @@ def test_short_histories_split_into_single_tiles_on_small_grids():
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+def test_mid_length_histories_balance_split_count_against_the_merge():
+    """tile_merge_ratio=16 on small grids (results/bench/sweep_decode_splits_short.md): an 8k history (62 tiles)
+    splits 32 ways, not 62 (at most sqrt(16 x tiles)); 1k and 128k split as before; 16 rows at head_dim 64 take
+    64-token tiles. The capped split count merges to the reference's result."""
+    from kernels.decode.launch import _num_splits
+    cfg = default_config(128, on_gpu=True, small_grid=True)
+    assert cfg.tile_merge_ratio == 16 and cfg.block_n == 128
+    assert _num_splits(8, 7872, 128, 4 * 132, 1) == 62
+    assert _num_splits(8, 7872, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 32
+    assert _num_splits(8, 704, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 6
+    assert _num_splits(8, 131072, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 66
+    assert default_config(64, on_gpu=True, small_grid=True, rows=16).block_n == 64
+    assert default_config(64, on_gpu=True, small_grid=True, rows=8).block_n == 128
+    assert default_config(128, on_gpu=True, small_grid=False).tile_merge_ratio == 0
+    tiles = replace(cfg, block_n=16, num_stages=1, maxnreg=None)
+    splits = _num_splits(1, 700, tiles.block_n, 10**6, 1, cfg.tile_merge_ratio)   # 44 tiles of 16 tokens
+    assert splits == 27                                                             # uneven: 2 tiles, some empty
+    args, kw = make_inputs(1, 8, 2, 1, 128, 700, 20, INT2[128], INT2[128], seed=8)
+    out = decode_attention(*args, **kw, config=tiles, num_splits=splits)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_per_shape_defaults_pick_the_swept_tiles():
     """results/bench/sweep_decode_shapes.md: head_dim 256 takes warp tiles of 128 tokens, 16 rows drop the cap."""
     wide = default_config(256, on_gpu=True)

@@ -2,6 +2,7 @@
 `decode_attention`, which launches stage 1 and the stage-2 merge."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -25,6 +26,7 @@ class DecodeConfig:
     num_stages: int = 3
     programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it for larger batches)
     min_split_tiles: int = 4  # never split below this many tiles per program
+    tile_merge_ratio: int = 0  # > 0: at most sqrt(ratio x tiles) splits (`_num_splits`); 0: the target alone
     maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
     asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
     merge_block: int = 16     # splits merged per iteration of stage 2
@@ -34,8 +36,8 @@ class DecodeConfig:
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
-                                 # `_merge_if_last`): one launch per call; built for short histories, not yet
-                                 # timed on a GPU, so no default takes it
+                                 # `_merge_if_last`): one launch per call; on the H100 no faster at batch 1 / 1k
+                                 # and slower at 8k (sweep_decode_short.md), so no default takes it
 
 
 def is_small_grid(units: int, sms: int) -> bool:
@@ -67,9 +69,13 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     shorten a short history's longest program: at batch 1 / 1k 17 -> 12 us (head_dim 64, group 16), 10 -> 8 us
     (64, group 3), 12 -> 9 us (128, group 4), and 1-2 us less at 4k (results/bench/sweep_decode_short.md); from
     ~34k tokens at batch 1 the split target, not the tile count, sets the splits, so long contexts launch as
-    before (between 4k and 34k the change is untimed against the old tile). Warp tiles beat the row-major loop
-    everywhere on single-group layouts once the values became the MMA's A operand: 9 % less time at batch 1 /
-    128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
+    before. Between those, one-tile splits left a merge over ~60 partials at 8k: tile_merge_ratio=16 (at most
+    sqrt(16 x tiles) splits) took batch 1 / 8k 18 -> 15 us at head_dim 128 and 14 -> 12-13 us at 64 / group 3,
+    within 1 us elsewhere from 1k to 32k; with 16 rows at head_dim 64, 64-token tiles took 24-31 % off from 1k to
+    32k (8k: 24 -> 18 us; H200 sweep, results/bench/sweep_decode_splits_short.md). single_launch was no faster
+    at batch 1 / 1k (8 -> 9 us) and slower at 8k (14 -> 18 us; H100, sweep_decode_short.md). Warp tiles beat
+    the row-major loop everywhere on single-group layouts once the values became the MMA's A operand: 9 % less
+    time at batch 1 / 128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
     There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
     1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier). asm_unpack (inline
     PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair itself; 0-3 %
@@ -84,8 +90,9 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     if rows > WARP_TILE_ROWS and not small_grid and per_token:
         return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if small_grid:
-        return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=2, maxnreg=128, merge_block=64,
-                            programs_per_sm=4, min_split_tiles=1, warp_tiles=True)
+        return DecodeConfig(block_n=64 if rows > WARP_TILE_ROWS and head_dim <= 64 else 128, block_f=64,
+                            num_warps=4, num_stages=2, maxnreg=128, merge_block=64, programs_per_sm=4,
+                            min_split_tiles=1, tile_merge_ratio=16, warp_tiles=True)
     if not per_token:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
     return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
@@ -117,11 +124,18 @@ def _split_target(cfg: DecodeConfig, units: int, device: torch.device) -> int:
     return per_sm * sms
 
 
-def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int) -> int:
-    """Splits per (sequence, KV head): enough programs for the target, at least min_tiles tiles each."""
+def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int,
+                tile_merge_ratio: int = 0) -> int:
+    """Splits per (sequence, KV head): enough programs for the target, at least min_tiles tiles each.
+
+    tile_merge_ratio r > 0 balances the longest split (tiles / s tiles) against the merge (s partials): with a
+    tile costing r partials, tiles / s + s / r is least at s = sqrt(r x tiles), the most splits taken.
+    """
     if tokens == 0:
         return 0
     most = triton.cdiv(tokens, block * min_tiles)
+    if tile_merge_ratio:
+        most = min(most, math.ceil(math.sqrt(tile_merge_ratio * triton.cdiv(tokens, block))))
     return max(1, min(triton.cdiv(target_programs, units), most))
 
 
@@ -240,8 +254,8 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
     target = _split_target(cfg, units, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
-        _num_splits(units, n_hist, cfg.block_n, target, cfg.min_split_tiles)
-    fp_splits = _num_splits(units, n_fp, cfg.block_f, target, cfg.min_split_tiles)
+        _num_splits(units, n_hist, cfg.block_n, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
+    fp_splits = _num_splits(units, n_fp, cfg.block_f, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
     n_splits = hist_splits + fp_splits
     out = q.new_empty(batch, q_heads, q_tokens, head_dim)
     if n_splits == 0 or out.numel() == 0:

@@ -4,6 +4,10 @@ Run on the GPU box from the repo root, e.g. INT2 at batch 8 / 32k:
 
     ncu --kernel-name regex:_decode_stage1 --launch-skip 2 --launch-count 1 --set full \
         python scripts/dev/profile_decode.py --batch 8 --ctx 32768 --bits 2
+
+or where a short call's time goes, each kernel's duration (stage 1, the merge, and BF16 SDPA on the same shape):
+
+    ncu --metrics gpu__time_duration.sum python scripts/dev/profile_decode.py --batch 1 --ctx 1024 --sdpa
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import HEAD_DIM, decode_inputs  # noqa: E402
+from bench_kernels import KV_HEADS, AttnShape, decode_inputs, sdpa_call  # noqa: E402
 from kernels.decode import decode_attention  # noqa: E402
 
 
@@ -26,10 +30,17 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=32768)
     parser.add_argument("--bits", type=int, choices=(2, 4), default=2)
     parser.add_argument("--launches", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
+    parser.add_argument("--sdpa", action="store_true", help="also launch BF16 SDPA on the same shape")
     args = parser.parse_args()
-    call_args, spec, nbytes = decode_inputs(args.batch, args.ctx, args.bits)
+    shape = AttnShape(q_heads=args.group * KV_HEADS, head_dim=args.head_dim)
+    call_args, spec, nbytes = decode_inputs(args.batch, args.ctx, args.bits, shape)
+    sdpa = sdpa_call(args.batch, args.ctx, shape) if args.sdpa else None
     for _ in range(args.launches):
-        decode_attention(*call_args, sm_scale=HEAD_DIM ** -0.5, k_spec=spec, v_spec=spec)
+        decode_attention(*call_args, sm_scale=args.head_dim ** -0.5, k_spec=spec, v_spec=spec)
+        if sdpa:
+            sdpa()
     torch.cuda.synchronize()
     print(f"batch {args.batch} ctx {args.ctx} INT{args.bits}: {nbytes / 1e6:.1f} MB must be read per call")
 

@@ -11,6 +11,8 @@ reference (a wrong unpack shows as a large error).
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --grid warp_rows  # 16 rows in 8-row programs
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:1024,32:1024 --grid short  # split
         # depth, and the single-launch merge (DecodeConfig.single_launch: stage 1 merges, no second launch)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:1024,1:8192,1:32768 --grid splits
+        # split count against merge cost between 1k and 64k (DecodeConfig.tile_merge_ratio)
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -57,6 +59,9 @@ GRIDS = {
               {"min_split_tiles": 1, "block_n": 128, "num_stages": 2}, {"min_split_tiles": 1, "block_n": 128,
                                                                         "programs_per_sm": 16},
               {"single_launch": True}, {"single_launch": True, "block_n": 64}, {"single_launch": True, "block_f": 16}],
+    "splits": [{}, {"tile_merge_ratio": 8}, {"tile_merge_ratio": 16}, {"tile_merge_ratio": 32},
+               {"min_split_tiles": 2, "block_n": 128}, {"block_n": 64, "tile_merge_ratio": 16},
+               {"block_n": 64, "tile_merge_ratio": 32}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
