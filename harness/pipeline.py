@@ -183,12 +183,29 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
     except (KeyboardInterrupt, CellError):
         raise
     except Exception as err:  # a failed cell leaves an error row and is retried by the next sweep
-        recorder.write_error(f"{type(err).__name__}: {err}")
         traceback.clear_frames(err.__traceback__)   # a sweep keeps err: its frames must not keep the model alive
-        raise
+        if not is_out_of_memory(err):
+            recorder.write_error(f"{type(err).__name__}: {err}")
+            raise
+        detail = out_of_memory_detail(err)
+        recorder.write_error(detail, status="oom")
+        raise CellDoesNotFit(detail) from None
     finally:
         release_memory()
     return recorder.write_ok(metrics, records)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A device allocation failed while the cell ran (past its memory plan, which only estimates activations)."""
+    import torch
+    return isinstance(err, torch.OutOfMemoryError)
+
+
+def out_of_memory_detail(err: BaseException) -> str:
+    """One sentence naming what was asked, from the allocator's message (its first sentence)."""
+    asked = str(err).split("\n")[0].split(". GPU")[0].strip().rstrip(".")
+    return (f"The cell ran out of device memory while running, past its memory plan ({asked}); give it more "
+            f"memory, a smaller batch or context, or task.prefill_chunk.")
 
 
 def plan_memory(plan: CellPlan, device: str):

@@ -258,6 +258,25 @@ def test_a_failed_cell_leaves_no_model_behind(tmp_path, monkeypatch):
     assert len(models) == 1 and models[0]() is None
 
 
+def test_running_out_of_memory_mid_cell_leaves_an_oom_row(tmp_path, monkeypatch):
+    """A cell that passed its memory plan but ran out of device memory while running ends as status=oom, its
+    row naming the bytes asked (the allocator's first sentence), not a status=error traceback."""
+    import torch
+    from eval.ruler_niah import RulerNiah
+    from harness.pipeline import CellDoesNotFit
+
+    def out_of_memory(self, loaded, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.60 GiB. GPU 0 has a total capacity "
+                                     "of 79.19 GiB of which 3.12 GiB is free.\nIncluding non-PyTorch memory ...")
+    monkeypatch.setattr(RulerNiah, "run", out_of_memory)
+    cfg = compose_cell("debug=tiny", "task.samples=1", f"results_dir={tmp_path}")
+    with pytest.raises(CellDoesNotFit, match="Tried to allocate 8.60 GiB"):
+        run_cell(cfg, ResultsStore(tmp_path))
+    (row,) = [json.loads(line) for path in tmp_path.rglob("rows/**/*.jsonl") for line in path.open()]
+    assert row["status"] == "oom" and "Tried to allocate 8.60 GiB" in row["error"]
+    assert "\n" not in row["error"] and "total capacity" not in row["error"]
+
+
 # ------------------------------------------------------------------------------- through run.py
 def run_py(*args, results: Path, **kwargs):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
