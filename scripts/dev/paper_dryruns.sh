@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper experiments end to end on random weights with the paper models' shapes (issue #19's device dry runs):
 # a few samples, short generation, every cell of each experiment's quantizer axis. On the GPU box, from the repo root:
-#   STORE=results/dryrun bash scripts/dev/paper_dryruns.sh ruler aime_int2 ablation fidelity
+#   STORE=results/dryrun bash scripts/dev/paper_dryruns.sh ruler aime_int2 ablation fidelity memory1 memory4
 # Rows land in $STORE (default results/dryrun; cells already there are skipped), named <model>@random; with $OUT
 # set (the device tool, which returns no deep folder) the store is also packed into $OUT/<store name>.tgz. Tables:
 #   python scripts/make_tables.py --results results/dryrun --dry-runs
@@ -25,7 +25,13 @@ for part in "$@"; do
     fidelity)   # the per-layer error decomposition on Qwen3-4B-Thinking's shapes, every ablation quantizer
       python run.py -m experiment=paper_ablation task=fidelity model=qwen3_4b_thinking model.source=random \
         +model.random_tokenizer=char device=cuda seed=0 results_dir=$STORE ;;
-    *) echo "unknown part '$part' (ruler, aime_int2, ablation, fidelity)"; exit 2 ;;
+    memory1)    # issue #20's memory row, Qwen3-8B shapes at 128k, batch 1: chunked prefill (the whole-prompt cells: ruler)
+      python run.py -m $RANDOM_8B task=ruler_niah ctx=128k 'task.variants=[niah_single_1]' task.samples=1 \
+        task.max_new_tokens=16 quantizer=bf16,oscar task.prefill_chunk=8192 ;;
+    memory4)    # the same at batch 4, whole and chunked prefill (a cell that cannot fit ends as a status=oom row)
+      python run.py -m $RANDOM_8B task=ruler_niah ctx=128k 'task.variants=[niah_single_1]' task.samples=4 \
+        task.batch_size=4 task.max_new_tokens=16 quantizer=bf16,oscar task.prefill_chunk=null,8192 ;;
+    *) echo "unknown part '$part' (ruler, aime_int2, ablation, fidelity, memory1, memory4)"; exit 2 ;;
   esac
 done
 if [ -n "${OUT:-}" ]; then
