@@ -62,6 +62,7 @@ class ThreeRegionLayer(DynamicLayer):
         self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
         self._pending = False                  # a prefill chunk's demotion waits for the padding
         self.history_k = self.history_v = None
+        self.reserved_tokens = 0      # > 0: the histories are created holding this many tokens (`reserve_history`)
         self.static = None            # a StaticState once `harness.static_cache.freeze` fixed the buffers
         self._no_history = None       # the identity's empty kernel operands (`_no_history_operands`)
         r_k = quantizer.key_rotation(layer_idx)
@@ -82,6 +83,9 @@ class ThreeRegionLayer(DynamicLayer):
         if self.quantizer.stores_codes:
             self.history_k = PackedHistory(self.quantizer, self.quantizer.key_spec, self.use_kernels)
             self.history_v = PackedHistory(self.quantizer, self.quantizer.value_spec, self.use_kernels)
+            if self.reserved_tokens:
+                self.history_k.reserve(self.reserved_tokens)
+                self.history_v.reserve(self.reserved_tokens)
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -341,6 +345,17 @@ def set_padding(cache, attention_mask: torch.Tensor) -> None:
     for layer in getattr(cache, "layers", []):
         if isinstance(layer, ThreeRegionLayer):
             layer.pad = list(pad)
+
+
+def reserve_history(cache, tokens: int) -> None:
+    """Before a generation of at most `tokens` tokens per sequence (prompt + new): each three-region layer's
+    packed history is created at that size, not grown by doubling as the prefill demotes (a 128k prompt left
+    twice its packed bytes allocated, and a chunked prefill copied them at every doubling)."""
+    for layer in getattr(cache, "layers", []):
+        if isinstance(layer, ThreeRegionLayer) and not layer.is_initialized:
+            quantizer = layer.quantizer                       # the sink and recent rows never reach the history
+            kept = (quantizer.sink_tokens or 0) + quantizer.recent_tokens
+            layer.reserved_tokens = max(tokens - kept, 1)
 
 
 def set_lengths(dst: torch.Tensor, values: list[int]) -> None:

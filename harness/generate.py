@@ -13,7 +13,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from harness.cache import set_padding
+from harness.cache import reserve_history, set_padding
 from harness.decode_clock import ClockProcessor, DecodeClock
 from harness.sampling import ChooserProcessor, TokenChooser, check_sampling, example_seeds
 from harness.static_cache import static_decode_refusal, static_generate
@@ -69,6 +69,7 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
             enc = {k: v.to(device) for k, v in enc.items()}
             max_new = examples[batch[0]].max_new_tokens
             cache = new_cache()
+            reserve_history(cache, enc["input_ids"].shape[1] + max_new)
             chooser = TokenChooser(sampling, example_seeds(seed, [examples[i].id for i in batch]), device)
             refusal = "off" if static_decode == "off" else static_decode_refusal(cache, enc["input_ids"].shape[1])
             if paths is not None:

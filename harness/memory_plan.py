@@ -7,7 +7,8 @@
 * weights: the parameters and buffers of a meta-device build of the model (exact), per device-map entry;
 * KV cache at the cell's batch and context (prompt + generation budget), for the quantizer's layout: the
   full-precision sink + recent (+ one page) rows, the packed history at its stored bits per element (codes
-  + scales/zeros) with the growth slack its buffers are allocated with (`harness/packed_history.py`), the
+  + scales/zeros) with the growth slack its buffers are allocated with (`harness/packed_history.py`; none for
+  a generation task, whose history is created at prompt + budget: `harness.cache.reserve_history`), the
   dequantized mirror of the reference path (CPU), and sliding-window layers at the whole prompt (transformers'
   sliding layer keeps the prefill's rows until the first decode step);
 * activations: an estimate of the largest transient of one decoder layer during a one-forward prefill, or of
@@ -38,6 +39,7 @@ class Workload:
     dtype_bytes: int
     reference_path: bool      # the PyTorch reference keeps a dequantized mirror of the history
     prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
+    reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
 
 
 @dataclass
@@ -140,7 +142,8 @@ def layer_kv_bytes(config, quantizer, kind: str, work: Workload) -> int:
         return 2 * work.tokens * fp_bytes
     sink = work.tokens if quantizer.sink_tokens is None else quantizer.sink_tokens
     fp_rows = min(work.tokens, sink + quantizer.recent_tokens + quantizer.page_tokens)
-    held = grown_rows(work.tokens - fp_rows) if work.tokens > fp_rows else 0
+    held = max(work.tokens - fp_rows, 0)
+    held = held if work.reserved or not held else grown_rows(held)
     total = 0
     for spec in (quantizer.key_spec, quantizer.value_spec):
         if spec is None:
@@ -235,13 +238,14 @@ def auto_device_map(config, quantizer, work: Workload, sizes: dict[str, int], la
 
 
 def cell_workload(cfg, device: str, use_kernels: bool) -> Workload:
-    """Batch and tokens (prompt + generation budget) of a cell, in its model's dtype."""
+    """Batch and tokens (prompt + generation budget) of a cell, in its model's dtype. A task with a generation
+    budget (max_new_tokens) generates through harness.generate, which reserves the history at that size."""
     from harness.models import model_dtype
     tokens = int(cfg.ctx.tokens) + int(cfg.task.get("max_new_tokens", 0) or 0)
     dtype = model_dtype(cfg.model)
     chunk = cfg.task.get("prefill_chunk")
     return Workload(int(cfg.task.get("batch_size", 1) or 1), tokens, torch.finfo(dtype).bits // 8, not use_kernels,
-                    int(chunk) if chunk else None)
+                    int(chunk) if chunk else None, reserved="max_new_tokens" in cfg.task)
 
 
 def requested_devices(cfg, device: str) -> tuple[str, list[str] | dict]:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from harness.cache import reserve_history
 from harness.memory_plan import plan_cell
 from harness.models import load_model
 from harness.packed_history import PackedHistory
@@ -53,11 +54,39 @@ def test_plan_matches_weights_and_cache_after_a_prefill(model):
         plan = plan_cell(cfg, quantizer, "cpu", use_kernels=False, budgets={"cpu": 10**12}).devices["cpu"]
         with install(loaded.model, quantizer, kernels="reference") as seam, torch.inference_mode():
             cache = seam.new_cache()
+            reserve_history(cache, PROMPT)                    # as harness.generate does before a prefill
             loaded.model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         kv = storage_bytes(cache_tensors(cache))
         assert plan.weights == pytest.approx(weights, rel=0.01), name
         assert plan.kv == pytest.approx(kv, rel=0.15), name
         assert plan.weights + plan.kv == pytest.approx(weights + kv, rel=0.15), name
+
+
+def test_a_reserved_history_is_allocated_at_its_size_not_doubled():
+    """Without a reservation a prefill's packed history is allocated at twice what it holds (buffers grow by
+    doubling), and the plan of a task without a generation budget counts that; a generation reserves prompt +
+    budget, so the history is what it holds and the plan counts no slack."""
+    cfg = compose_cell("model=tiny_qwen3", f"ctx.tokens={PROMPT}", "task.max_new_tokens=0")
+    loaded = load_model(cfg.model, device="cpu")
+    ids = torch.randint(5, 90, (1, PROMPT))
+    quantizer = build_quantizer("kivi2")
+    rows = PROMPT - quantizer.recent_tokens - (quantizer.sink_tokens or 0)        # what the history holds
+    allocated = {}
+    for reserved in (False, True):
+        with install(loaded.model, quantizer, kernels="reference") as seam, torch.inference_mode():
+            cache = seam.new_cache()
+            if reserved:
+                reserve_history(cache, PROMPT)
+            loaded.model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        history = cache.layers[0].history_k
+        assert history.lengths == [rows]
+        allocated[reserved] = history.buffers["codes"].shape[-2]
+    assert allocated == {False: 2 * rows, True: rows}
+    generation, no_budget = (compose_cell("model=tiny_qwen3", "ctx.tokens=65536", *task)
+                             for task in ([], ["task=lm_eval"]))
+    plans = [plan_cell(c, quantizer, "cpu", use_kernels=True, budgets={"cpu": 10**12}).devices["cpu"].kv
+             for c in (generation, no_budget)]
+    assert 1.95 * plans[0] < plans[1] < 2.05 * plans[0]                 # the windows' rows are a rounding here
 
 
 def test_a_prefill_keeps_only_the_windows_in_full_precision():
