@@ -12,7 +12,8 @@
   dequantized mirror of the reference path (CPU), and sliding-window layers at the whole prompt (transformers'
   sliding layer keeps the prefill's rows until the first decode step);
 * activations: an estimate of the largest transient of one decoder layer during a one-forward prefill, or of
-  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V and the chunk's mask)
+  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V and the chunk's mask; a
+  one-forward prefill of several sequences: plus their [B, T, T] mask)
   (residual stream, attention with the rotations' fp32 copies, the MLP), on every device holding layers,
   plus the logits (and OSCAR's calibration forward) on the lm_head's device;
 * reserve: 1 GiB per GPU (CUDA context, cuBLAS workspace, allocator rounding); OSCAR's calibration capture
@@ -176,6 +177,8 @@ def activation_bytes(config, work: Workload) -> int:
     attention = tokens * shape["head_dim"] * (shape["heads"] * (8 + 2 * s) + shape["kv_heads"] * (4 * s + 8))
     if chunked:
         attention += 4 * work.batch * work.tokens * shape["kv_heads"] * shape["head_dim"] * s + tokens * work.tokens
+    elif work.batch > 1:    # padded rows: an explicit [B, T, T] mask, not SDPA's causal flag (64 GiB at 4 x 128k)
+        attention += work.batch * work.tokens * work.tokens
     mlp = 3 * tokens * shape["intermediate"] * s
     return residual + max(attention, mlp)
 

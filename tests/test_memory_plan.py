@@ -131,6 +131,9 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
     whole = Workload(batch=4, tokens=131072, dtype_bytes=2, reference_path=False)
     chunked = Workload(batch=4, tokens=131072, dtype_bytes=2, reference_path=False, prefill_chunk=8192)
     assert activation_bytes(config, chunked) < activation_bytes(config, whole) / 3
+    mask = 4 * 131072 * 131072                  # the batch's [B, T, T] mask: on the H100 this cell asked 63.9 GiB
+    assert activation_bytes(config, whole) > mask > activation_bytes(config, chunked)
+    assert activation_bytes(config, Workload(1, 131072, 2, False)) < mask / 4         # one sequence: causal flag
     assert activation_bytes(config, Workload(4, 4096, 2, False, prefill_chunk=8192)) == \
         activation_bytes(config, Workload(4, 4096, 2, False))                       # a chunk longer than the prompt
     cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=4096", "ctx=128k")
