@@ -12,8 +12,8 @@
   dequantized mirror of the reference path (CPU), and sliding-window layers at the whole prompt (transformers'
   sliding layer keeps the prefill's rows until the first decode step);
 * activations: an estimate of the largest transient of one decoder layer during a one-forward prefill, or of
-  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V and the chunk's mask; a
-  one-forward prefill of several sequences: plus their [B, T, T] mask)
+  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V); with an explicit mask (a
+  chunk, or several padded sequences) also the mask, SDPA's float copy of it and K/V repeated per query head
   (residual stream, attention with the rotations' fp32 copies, the MLP), on every device holding layers,
   plus the logits (and OSCAR's calibration forward) on the lm_head's device;
 * reserve: 1 GiB per GPU (CUDA context, cuBLAS workspace, allocator rounding); OSCAR's calibration capture
@@ -169,16 +169,22 @@ def is_chunked(work: Workload) -> bool:
 
 def activation_bytes(config, work: Workload) -> int:
     """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
-    chunk, which also reads the layer's whole cache as full-precision K/V and an explicit [B, chunk, T] mask."""
+    chunk, which also reads the layer's whole cache as full-precision K/V.
+
+    With an explicit mask (a chunk, or several padded sequences; one sequence gets SDPA's causal flag) transformers'
+    SDPA path holds the [B, q, T] bool mask, the float copy SDPA makes of it, and K/V repeated per query head
+    (repeat_kv); H100 allocator traces in results/bench/prefill_memory.md."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
     residual = 2 * tokens * shape["hidden"] * s
     attention = tokens * shape["head_dim"] * (shape["heads"] * (8 + 2 * s) + shape["kv_heads"] * (4 * s + 8))
+    history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
-        attention += 4 * work.batch * work.tokens * shape["kv_heads"] * shape["head_dim"] * s + tokens * work.tokens
-    elif work.batch > 1:    # padded rows: an explicit [B, T, T] mask, not SDPA's causal flag (64 GiB at 4 x 128k)
-        attention += work.batch * work.tokens * work.tokens
+        attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
+    if chunked or work.batch > 1:
+        attention += (1 + s) * tokens * work.tokens                              # bool mask + its float copy
+        attention += 2 * shape["heads"] * history if shape["heads"] > shape["kv_heads"] else 0   # repeat_kv
     mlp = 3 * tokens * shape["intermediate"] * s
     return residual + max(attention, mlp)
 

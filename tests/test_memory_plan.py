@@ -7,7 +7,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from harness.cache import reserve_history
-from harness.memory_plan import plan_cell
+from harness.memory_plan import kv_per_layer, plan_cell
 from harness.models import load_model
 from harness.packed_history import PackedHistory
 from harness.pipeline import CellDoesNotFit, run_cell
@@ -134,6 +134,11 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
     mask = 4 * 131072 * 131072                  # the batch's [B, T, T] mask: on the H100 this cell asked 63.9 GiB
     assert activation_bytes(config, whole) > mask > activation_bytes(config, chunked)
     assert activation_bytes(config, Workload(1, 131072, 2, False)) < mask / 4         # one sequence: causal flag
+    # results/bench/prefill_memory.md, H100 allocator trace: 4 x 32k in 8k chunks, QuaRot-INT2, peaked 10.02 GB above
+    # the weights (bool mask, SDPA's float copy, repeat_kv); the plan planned 7.55 GB before it counted the last two
+    traced = Workload(4, 32768, 2, False, prefill_chunk=8192, reserved=True)
+    planned = activation_bytes(config, traced) + sum(kv_per_layer(config, build_quantizer("quarot_int2"), traced))
+    assert 10.02e9 <= planned <= 1.2 * 10.02e9
     assert activation_bytes(config, Workload(4, 4096, 2, False, prefill_chunk=8192)) == \
         activation_bytes(config, Workload(4, 4096, 2, False))                       # a chunk longer than the prompt
     cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=4096", "ctx=128k")
@@ -141,4 +146,4 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
     one_forward = plan_cell(compose_cell("model=qwen3_8b", "model.source=random", "ctx=128k"), build_quantizer("bf16"),
                             "cpu", use_kernels=False, budgets={"cpu": 10**13})
     assert "prefill chunks of 4096 tokens" in plan.describe()
-    assert plan.devices["cpu"].activations < one_forward.devices["cpu"].activations / 3
+    assert plan.devices["cpu"].activations < one_forward.devices["cpu"].activations / 2
