@@ -41,6 +41,7 @@ class Workload:
     reference_path: bool      # the PyTorch reference keeps a dequantized mirror of the history
     prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
+    grouped_sdpa: bool = False  # a GPU prefill: masked SDPA reads K/V per KV head (harness.seam.gqa_sdpa)
 
 
 @dataclass
@@ -171,9 +172,10 @@ def activation_bytes(config, work: Workload) -> int:
     """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
     chunk, which also reads the layer's whole cache as full-precision K/V.
 
-    With an explicit mask (a chunk, or several padded sequences; one sequence gets SDPA's causal flag) transformers'
-    SDPA path holds the [B, q, T] bool mask, the float copy SDPA makes of it, and K/V repeated per query head
-    (repeat_kv); H100 allocator traces in results/bench/prefill_memory.md."""
+    With an explicit mask (a chunk, or several padded sequences; one sequence gets SDPA's causal flag) SDPA holds
+    the [B, q, T] bool mask and the float copy it makes of it, and on the CPU transformers' path K/V repeated per
+    query head (repeat_kv; on the GPU the seam's grouped SDPA reads them as they are); H100 allocator traces in
+    results/bench/prefill_memory.md."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
@@ -184,7 +186,8 @@ def activation_bytes(config, work: Workload) -> int:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
     if chunked or work.batch > 1:
         attention += (1 + s) * tokens * work.tokens                              # bool mask + its float copy
-        attention += 2 * shape["heads"] * history if shape["heads"] > shape["kv_heads"] else 0   # repeat_kv
+        repeats = shape["heads"] > shape["kv_heads"] and not work.grouped_sdpa                 # repeat_kv
+        attention += 2 * shape["heads"] * history if repeats else 0
     mlp = 3 * tokens * shape["intermediate"] * s
     return residual + max(attention, mlp)
 
@@ -254,7 +257,8 @@ def cell_workload(cfg, device: str, use_kernels: bool) -> Workload:
     dtype = model_dtype(cfg.model)
     chunk = cfg.task.get("prefill_chunk")
     return Workload(int(cfg.task.get("batch_size", 1) or 1), tokens, torch.finfo(dtype).bits // 8, not use_kernels,
-                    int(chunk) if chunk else None, reserved="max_new_tokens" in cfg.task)
+                    int(chunk) if chunk else None, reserved="max_new_tokens" in cfg.task,
+                    grouped_sdpa=device.startswith("cuda"))
 
 
 def requested_devices(cfg, device: str) -> tuple[str, list[str] | dict]:

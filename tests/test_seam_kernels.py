@@ -79,3 +79,35 @@ def test_decode_lengths_are_built_once_per_step_and_shared_by_layers():
     third, fourth = (layer.decode_lengths(mask, rows.device) for layer in layers)
     assert third[1] is not first[1] and all(a is b for a, b in zip(third, fourth))
     assert third[1].tolist() == [9, 9]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_grouped_masked_prefill_matches_transformers_repeat_path_with_less_memory():
+    """A masked GQA prefill on the GPU: the seam's grouped SDPA gives transformers' result (which repeats K/V per
+    query head first) and holds less memory than it (results/bench/prefill_memory.md)."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from harness.seam import gqa_sdpa, grouped_masked_prefill
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(2, 2, 2048, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    mask = torch.ones(2, 1, 256, 2048, dtype=torch.bool, device="cuda").tril(2048 - 256)
+    mask[1, :, :, :100] = False                                                    # the second row's left padding
+    assert grouped_masked_prefill(q, k, v, mask) and not grouped_masked_prefill(q[:, :, :1], k, v, mask)
+    module = SimpleNamespace(num_key_value_groups=4, is_causal=True, training=False)
+    peaks = []
+    for attend in (lambda: sdpa_attention_forward(module, q, k, v, mask, scaling=0.125)[0],
+                   lambda: gqa_sdpa(q, k, v, mask, 0.125, 0.0)):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        outs = attend()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        if len(peaks) == 1:
+            reference = outs
+    assert outs.shape == reference.shape == (2, 256, 8, 64)
+    assert (outs.float() - reference.float()).abs().max().item() < 2e-2
+    assert peaks[1] < peaks[0]
