@@ -26,8 +26,8 @@ Two launches (flash-decoding):
   T_q new tokens. Each split stores its normalized partial output and base-2 log-sum-exp.
 * stage 2, grid `(B * H_kv, GROUP * T_q)`: log-sum-exp merge of all splits into `out`. With
   `DecodeConfig.single_launch` there is no stage 2: each stage-1 program counts itself in on an atomic counter of
-  its (sequence x KV head, row block) and the last one merges (`merge._merge_if_last`); built for short histories,
-  where the second launch costs more than the work, and checked against the reference, but not yet timed on a GPU.
+  its (sequence x KV head, row block) and the last one merges (`merge._merge_if_last`); built for short histories
+  and correct on the H100, but no faster there (results/bench/sweep_decode_short.md), so off by default.
 
 The number of history splits fills the GPU (`DecodeConfig.programs_per_sm` programs per SM), with at
 least `min_split_tiles` tiles per split. On the GPU the dot operands are fp16 (fp32 accumulation);
