@@ -145,7 +145,8 @@ def layer_kv_bytes(config, quantizer, kind: str, work: Workload) -> int:
     sink = work.tokens if quantizer.sink_tokens is None else quantizer.sink_tokens
     fp_rows = min(work.tokens, sink + quantizer.recent_tokens + quantizer.page_tokens)
     held = max(work.tokens - fp_rows, 0)
-    held = held if work.reserved or not held else grown_rows(held)
+    if held and not work.reserved:
+        held = grown_rows(held)
     total = 0
     for spec in (quantizer.key_spec, quantizer.value_spec):
         if spec is None:

@@ -53,7 +53,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if WINDOWED_PREFILL and window and _windowed_prefill_applies(query, key, attention_mask, window):
         out = windowed_sdpa(module, query, key, value, attention_mask, window,
                             scaling=scaling, dropout=dropout, **kwargs)
-    elif grouped_masked_prefill(query, key, value, attention_mask):
+    elif kwargs.get("softcap") is None and grouped_masked_prefill(query, key, value, attention_mask):
         out = gqa_sdpa(query, key, value, attention_mask, scaling, dropout)      # [B, T_q, H_q, D]
     else:
         out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,

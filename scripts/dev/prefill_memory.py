@@ -24,7 +24,7 @@ from harness.seam import install  # noqa: E402
 from harness.static_cache import prefill  # noqa: E402
 
 GB = 1e9
-OWN_CODE = ("harness/", "kernels/", "transformers/", "torch/nn/functional")
+SHOWN_CODE = ("harness/", "kernels/", "transformers/", "torch/nn/functional")
 
 
 def load(model_name: str, device: str):
@@ -62,7 +62,7 @@ def live_at_peak(trace: list[dict]) -> tuple[int, list[tuple[int, str]]]:
 def where(frames: list[dict]) -> str:
     """The innermost frames of our code, transformers or torch.nn.functional that made a block."""
     ours = [f"{f['filename'].split('site-packages/')[-1]}:{f['line']} {f['name']}" for f in frames
-            if any(part in f["filename"] for part in OWN_CODE)]
+            if any(part in f["filename"] for part in SHOWN_CODE)]
     return " <- ".join(ours[:3]) or "?"
 
 
