@@ -16,6 +16,9 @@ from harness.static_cache import DecodeStep, freeze
 PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 2, "Here we go. There and back again."]
 STEPS = 20   # recent 16, page 4: the frozen cache demotes five times
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Triton kernel against the reference path (materialized rows, SDPA): fp32 under the interpreter, fp16 dot operands
+# on the GPU (one logit of 200 off by 1.3e-4 on the H100); kernel against the same kernel stays at 1e-4.
+KERNEL_VS_REFERENCE_TOL = 1e-4 if DEVICE == "cpu" else 1e-3
 
 
 def _setup(tiny, tmp_path, monkeypatch, name="oscar", **overrides):
@@ -86,7 +89,7 @@ def test_bf16_decodes_through_the_frozen_cache_and_kernel(tiny):
     tokens, logits, cache, state = static_greedy(model, tok, quantizer)
     assert torch.equal(tokens, ref_tokens)
     for a, b in zip(logits, ref_logits):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a, b, rtol=KERNEL_VS_REFERENCE_TOL, atol=KERNEL_VS_REFERENCE_TOL)
     prompt = tok(PROMPTS, return_tensors="pt", padding=True).input_ids.shape[1]
     assert state.hist_len.tolist() == [0, 0] and state.n_fp == prompt + STEPS - 1
     assert cache.layers[0].keys.shape[-2] == prompt + STEPS and cache.layers[0].history_k is None
