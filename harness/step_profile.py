@@ -24,10 +24,12 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, parts in KINDS.items() if any(p in low for p in parts)), "other")
 
 
-def split_kernel_times(events, top_n: int = 8) -> dict:
-    """Sum device self time (ms) per kind over profiler events that ran on the GPU; also the top_n kernels by time."""
+def split_kernel_times(events, top_n: int = 16) -> dict:
+    """Sum device self time (ms) per kind over profiler events that ran on the GPU; also the top_n kernels by time,
+    each as [name, ms, launches]."""
     totals = {f"gpu_{kind}_ms": 0.0 for kind in (*KINDS, "other")}
     by_name: dict[str, float] = {}
+    count: dict[str, int] = {}
     launches = 0
     for event in events:
         if event.device_type != torch.autograd.DeviceType.CUDA:
@@ -36,10 +38,11 @@ def split_kernel_times(events, top_n: int = 8) -> dict:
         ms = event.self_device_time_total / 1e3
         totals[f"gpu_{kernel_kind(event.name)}_ms"] += ms
         by_name[event.name] = by_name.get(event.name, 0.0) + ms
+        count[event.name] = count.get(event.name, 0) + 1
     totals = {k: round(v, 3) for k, v in totals.items()}
     top = sorted(by_name.items(), key=lambda item: -item[1])[:top_n]
     return {"gpu_ms": round(sum(totals.values()), 3), **totals, "kernels": launches,
-            "top_kernels": [[name, round(ms, 3)] for name, ms in top]}
+            "top_kernels": [[name, round(ms, 3), count[name]] for name, ms in top]}
 
 
 def profile_rows(step, warmup: int = 2) -> dict:

@@ -175,13 +175,14 @@ def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) 
 
 def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),),
                 clip_methods: tuple = (None,)) -> list[dict]:
-    """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with clip + bf16 rotation;
+    """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with a bf16 rotation, with both;
     each with every (block_t, num_warps) of `tiles` (None: the default tile), the clipped ones also with every
     method of `clip_methods` (None: `kernels.quant.default_clip_method`)."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
     rows = []
     variants = (("int2", QuantSpec(bits=2, group=128), None),
                 ("int2 clip", QuantSpec(bits=2, group=128, clip_ratio=0.96), None),
+                ("int2 rot", QuantSpec(bits=2, group=128), rotation),
                 ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
                 ("int4 g32", QuantSpec(bits=4, group=32), None))
     points = [(v, t, m) for v in variants for m in (clip_methods if v[1].clip_ratio else (None,)) for t in tiles]

@@ -97,11 +97,12 @@ def test_step_profile_splits_gpu_time_by_kernel_kind():
     assert kernel_kind("nvjet_tst_128x64_64x8_1x1_v_bz_TNN") == "gemm"
     assert kernel_kind("vectorized_elementwise_kernel") == "other"
     ev = lambda name, us, dev=DeviceType.CUDA: SimpleNamespace(name=name, self_device_time_total=us, device_type=dev)
-    split = split_kernel_times([ev("_decode_stage1_kernel", 500), ev("sm90_xmma_gemm", 1500),
-                                ev("elementwise", 250), ev("aten::mm", 9000, DeviceType.CPU)])
+    split = split_kernel_times([ev("_decode_stage1_kernel", 500), ev("sm90_xmma_gemm", 1500), ev("elementwise", 125),
+                                ev("elementwise", 125), ev("aten::mm", 9000, DeviceType.CPU)])
     assert split["gpu_attn_ms"] == 0.5 and split["gpu_gemm_ms"] == 1.5 and split["gpu_other_ms"] == 0.25
-    assert split["gpu_ms"] == 2.25 and split["kernels"] == 3          # CPU-side ops are not counted
-    assert split["top_kernels"] == [["sm90_xmma_gemm", 1.5], ["_decode_stage1_kernel", 0.5], ["elementwise", 0.25]]
+    assert split["gpu_ms"] == 2.25 and split["kernels"] == 4          # CPU-side ops are not counted
+    assert split["top_kernels"] == [["sm90_xmma_gemm", 1.5, 1], ["_decode_stage1_kernel", 0.5, 1],
+                                    ["elementwise", 0.25, 2]]
 
 
 def test_bench_throughput_profile_mode_reports_the_split(tmp_path):

@@ -13,6 +13,8 @@ reference (a wrong unpack shows as a large error).
         # depth, and the single-launch merge (DecodeConfig.single_launch: stage 1 merges, no second launch)
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:1024,1:8192,1:32768 --grid splits
         # split count against merge cost between 1k and 64k (DecodeConfig.tile_merge_ratio)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:32768,1:102400,2:102400 --grid long1
+        # small-grid tiles at long histories (batch 1-2): tile length, pipeline depth, split density
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -62,6 +64,10 @@ GRIDS = {
     "splits": [{}, {"tile_merge_ratio": 8}, {"tile_merge_ratio": 16}, {"tile_merge_ratio": 32},
                {"min_split_tiles": 2, "block_n": 128}, {"block_n": 64, "tile_merge_ratio": 16},
                {"block_n": 64, "tile_merge_ratio": 32}],
+    "long1": [{}, {"block_n": 256}, {"block_n": 256, "num_stages": 3}, {"block_n": 256, "num_stages": 3, "maxnreg": 168},
+              {"num_stages": 3}, {"programs_per_sm": 2}, {"programs_per_sm": 8}, {"block_n": 256, "programs_per_sm": 2},
+              {"block_n": 256, "num_warps": 8, "maxnreg": None}, {"block_n": 512, "num_warps": 8, "maxnreg": None},
+              {"block_n": 256, "num_stages": 3, "maxnreg": 168, "programs_per_sm": 8, "block_f": 32}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
