@@ -12,8 +12,8 @@
   dequantized mirror of the reference path (CPU), and sliding-window layers at the whole prompt (transformers'
   sliding layer keeps the prefill's rows until the first decode step);
 * activations: an estimate of the largest transient of one decoder layer during a one-forward prefill, or of
-  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V); with an explicit mask (a
-  chunk, or several padded sequences) also the mask, SDPA's float copy of it and K/V repeated per query head
+  one chunk (task.prefill_chunk: plus the layer's cache read as full-precision K/V); with an explicit mask (several
+  sequences, or a chunk on the CPU) also the mask, SDPA's float copy of it and K/V repeated per query head
   (residual stream, attention with the rotations' fp32 copies, the MLP), on every device holding layers,
   plus the logits (and OSCAR's calibration forward) on the lm_head's device;
 * reserve: 1 GiB per GPU (CUDA context, cuBLAS workspace, allocator rounding); OSCAR's calibration capture
@@ -41,7 +41,8 @@ class Workload:
     reference_path: bool      # the PyTorch reference keeps a dequantized mirror of the history
     prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
-    grouped_sdpa: bool = False  # a GPU prefill: masked SDPA reads K/V per KV head (harness.seam.gqa_sdpa)
+    gpu_prefill: bool = False  # the seam's GPU prefill: masked SDPA reads K/V per KV head (harness.seam.gqa_sdpa),
+                               # and a later chunk of one sequence builds no mask (harness.seam.kvq_mask)
 
 
 @dataclass
@@ -173,10 +174,10 @@ def activation_bytes(config, work: Workload) -> int:
     """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
     chunk, which also reads the layer's whole cache as full-precision K/V.
 
-    With an explicit mask (a chunk, or several padded sequences; one sequence gets SDPA's causal flag) SDPA holds
-    the [B, q, T] bool mask and the float copy it makes of it, and on the CPU transformers' path K/V repeated per
-    query head (repeat_kv; on the GPU the seam's grouped SDPA reads them as they are); H100 allocator traces in
-    results/bench/prefill_memory.md."""
+    With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
+    SDPA's causal flag, and on the GPU its chunks too) SDPA holds the [B, q, T] bool mask and the float copy it
+    makes of it, and on the CPU transformers' path K/V repeated per query head (repeat_kv; on the GPU the seam's
+    grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
@@ -185,9 +186,9 @@ def activation_bytes(config, work: Workload) -> int:
     history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
-    if chunked or work.batch > 1:
+    if work.batch > 1 or (chunked and not work.gpu_prefill):
         attention += (1 + s) * tokens * work.tokens                              # bool mask + its float copy
-        repeats = shape["heads"] > shape["kv_heads"] and not work.grouped_sdpa                 # repeat_kv
+        repeats = shape["heads"] > shape["kv_heads"] and not work.gpu_prefill    # repeat_kv
         attention += 2 * shape["heads"] * history if repeats else 0
     mlp = 3 * tokens * shape["intermediate"] * s
     return residual + max(attention, mlp)
@@ -259,7 +260,7 @@ def cell_workload(cfg, device: str, use_kernels: bool) -> Workload:
     chunk = cfg.task.get("prefill_chunk")
     return Workload(int(cfg.task.get("batch_size", 1) or 1), tokens, torch.finfo(dtype).bits // 8, not use_kernels,
                     int(chunk) if chunk else None, reserved="max_new_tokens" in cfg.task,
-                    grouped_sdpa=device.startswith("cuda"))
+                    gpu_prefill=device.startswith("cuda"))
 
 
 def requested_devices(cfg, device: str) -> tuple[str, list[str] | dict]:

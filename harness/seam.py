@@ -13,10 +13,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import (AttentionMaskInterface, causal_mask_function, prepare_padding_mask,
+                                       sdpa_mask)
 
 from harness.cache import KVView, ThreeRegionLayer
 from harness.placement import on_device
@@ -50,7 +52,9 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
             return unrotate_output(module, out), None
         key, value = key.keys, key.values
     window = getattr(module, "sliding_window", None)
-    if WINDOWED_PREFILL and window and _windowed_prefill_applies(query, key, attention_mask, window):
+    if attention_mask is None and causal_chunk(query, key):
+        out = causal_chunk_sdpa(query, key, value, scaling, dropout)              # [B, T_q, H_q, D]
+    elif WINDOWED_PREFILL and window and _windowed_prefill_applies(query, key, attention_mask, window):
         out = windowed_sdpa(module, query, key, value, attention_mask, window,
                             scaling=scaling, dropout=dropout, **kwargs)
     elif kwargs.get("softcap") is None and grouped_masked_prefill(query, key, value, attention_mask):
@@ -67,6 +71,47 @@ def grouped_masked_prefill(query, key, value, attention_mask) -> bool:
     results/bench/prefill_memory.md) while SDPA's grouped attention reads them as they are."""
     return (query.is_cuda and isinstance(attention_mask, torch.Tensor) and query.shape[-2] > 1
             and query.shape[1] != key.shape[1] and key.shape[-1] == value.shape[-1] <= 256)
+
+
+def causal_chunk(query, key) -> bool:
+    """A GPU prefill chunk whose keys run past its queries, given no mask: `kvq_mask` left it out because it is
+    plain causal, aligned to the last key (lower right)."""
+    return query.is_cuda and 1 < query.shape[-2] < key.shape[-2]
+
+
+def causal_chunk_sdpa(query, key, value, scaling, dropout) -> torch.Tensor:
+    """Causal SDPA of T_q queries over the last T_q of T_kv keys without a materialized mask (flash attention's
+    lower-right causal where it applies): query [B, H_q, T_q, D], key/value [B, H_kv, T_kv, D] -> [B, T_q, H_q, D]."""
+    bias = causal_lower_right(query.shape[-2], key.shape[-2])
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout,
+                                                           scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous()
+
+
+def lower_right_causal(q_length: int, kv_length: int, q_offset, kv_offset, mask_function, attention_mask,
+                       local_size) -> bool:
+    """Whether transformers' mask for these arguments is plain causal over keys that end with the queries, and
+    longer than them (a later prefill chunk): no padding, no window, no custom pattern."""
+    if mask_function is not causal_mask_function or local_size is not None or isinstance(q_offset, torch.Tensor):
+        return False
+    if not 1 < q_length < kv_length or q_offset + q_length != kv_offset + kv_length:
+        return False
+    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    return padding is None or bool(padding.all())
+
+
+def kvq_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+             mask_function=causal_mask_function, attention_mask=None, local_size=None, device="cpu", **kwargs):
+    """transformers' `sdpa_mask`, except for a later chunk of a GPU prefill with no padding (`lower_right_causal`):
+    None, which `kvq_attention` reads as causal to the last key (`causal_chunk_sdpa`), so no [B, 1, T_q, T_kv]
+    mask is built (4.3 GB at 4 x 128k in 8k chunks, with SDPA's float copy 2 bytes per entry more). The CPU keeps
+    transformers' mask (the committed CPU rows ran with it)."""
+    if torch.device(device).type == "cuda" and lower_right_causal(q_length, kv_length, q_offset, kv_offset,
+                                                                  mask_function, attention_mask, local_size):
+        return None
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                     kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                     local_size=local_size, device=device, **kwargs)
 
 
 def gqa_sdpa(query, key, value, attention_mask, scaling, dropout) -> torch.Tensor:
@@ -122,7 +167,7 @@ def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:
 
 
 AttentionInterface.register(ATTN_NAME, kvq_attention)
-AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+AttentionMaskInterface.register(ATTN_NAME, kvq_mask)
 
 
 def attention_modules(model) -> list[torch.nn.Module]:

@@ -111,3 +111,53 @@ def test_grouped_masked_prefill_matches_transformers_repeat_path_with_less_memor
     assert outs.shape == reference.shape == (2, 256, 8, 64)
     assert (outs.float() - reference.float()).abs().max().item() < 2e-2
     assert peaks[1] < peaks[0]
+
+
+def _chunk_inputs(device, dtype, t_q=96, t_kv=320):
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(2, 8, t_q, 64, device=device, dtype=dtype, generator=gen)
+    k, v = (torch.randn(2, 2, t_kv, 64, device=device, dtype=dtype, generator=gen) for _ in range(2))
+    mask = torch.ones(t_q, t_kv, dtype=torch.bool, device=device).tril(t_kv - t_q)[None, None].expand(2, 1, -1, -1)
+    return q, k, v, mask
+
+
+def test_a_later_chunk_of_one_unpadded_sequence_needs_no_mask():
+    """kvq_mask leaves out exactly the plain causal mask of a chunk whose queries end with its keys (on the GPU),
+    and causal_chunk_sdpa attends like SDPA under that explicit mask."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    from harness.seam import causal_chunk_sdpa, gqa_sdpa, kvq_mask, lower_right_causal
+    plain = dict(mask_function=causal_mask_function, attention_mask=None, local_size=None)
+    assert lower_right_causal(64, 192, 128, 0, **plain)                            # the third chunk of 64
+    assert not lower_right_causal(64, 64, 0, 0, **plain)                           # the first: SDPA's causal flag
+    assert not lower_right_causal(1, 192, 191, 0, **plain)                         # a decode step
+    assert not lower_right_causal(64, 256, 128, 0, **plain)                        # keys beyond the queries (static)
+    padded = torch.ones(2, 192, dtype=torch.long)
+    assert lower_right_causal(64, 192, 128, 0, **(plain | {"attention_mask": padded}))
+    padded[1, :5] = 0
+    assert not lower_right_causal(64, 192, 128, 0, **(plain | {"attention_mask": padded}))
+    assert not lower_right_causal(64, 192, 128, 0, **(plain | {"local_size": 32}))
+    assert not lower_right_causal(64, 192, 128, 0, **(plain | {"mask_function": sliding_window_causal_mask_function(32)}))
+    cpu_mask = kvq_mask(2, 64, 192, 128, 0, device="cpu")                          # the CPU keeps transformers' mask
+    assert cpu_mask.shape == (2, 1, 64, 192) and cpu_mask[0, 0, 0].sum() == 129
+    q, k, v, mask = _chunk_inputs("cpu", torch.float32)
+    torch.testing.assert_close(causal_chunk_sdpa(q, k, v, 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_causal_chunk_sdpa_matches_the_masked_chunk_on_the_gpu_with_less_memory():
+    """GPU: no [B, 1, T_q, T_kv] mask, the masked grouped SDPA's result."""
+    from harness.seam import causal_chunk_sdpa, gqa_sdpa
+    q, k, v, mask = _chunk_inputs("cuda", torch.bfloat16, t_q=512, t_kv=4096)
+    mask = mask.contiguous()
+    out, masked = causal_chunk_sdpa(q, k, v, 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0)
+    assert (out.float() - masked.float()).abs().max().item() < 2e-2
+    peaks = []
+    for attend in (lambda: gqa_sdpa(q, k, v, mask, 0.125, 0.0), lambda: causal_chunk_sdpa(q, k, v, 0.125, 0.0)):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        attend()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+    assert peaks[1] < peaks[0]
