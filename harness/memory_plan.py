@@ -177,11 +177,12 @@ def activation_bytes(config, work: Workload) -> int:
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
     SDPA's causal flag, and on the GPU its chunks too) SDPA holds the [B, q, T] bool mask and the float copy it
     makes of it, and on the CPU transformers' path K/V repeated per query head (repeat_kv; on the GPU the seam's
-    grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md."""
+    grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md (four
+    hidden-size tensors live at a chunk's MLP peak)."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
-    residual = 2 * tokens * shape["hidden"] * s
+    residual = 4 * tokens * shape["hidden"] * s          # embeddings, the residual, its norm, the layer's input
     attention = tokens * shape["head_dim"] * (shape["heads"] * (8 + 2 * s) + shape["kv_heads"] * (4 * s + 8))
     history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
