@@ -172,17 +172,14 @@ class ThreeRegionLayer(DynamicLayer):
         return keys.to(key_states.dtype)
 
     def observe_padding(self, attention_mask) -> None:
-        """Learn each sequence's left padding from the first mask the seam sees ([B, 1, T_q, T_kv]: bool, or additive
-        with 0 where visible; or None)."""
+        """Learn each sequence's left padding from the first mask the seam sees (bool [B, 1, T_q, T_kv] or None)."""
         if self.pad is not None:
             return
         batch = self.keys.shape[0]
-        if attention_mask is None:
+        if attention_mask is None or attention_mask.dtype != torch.bool:
             self.pad = [0] * batch
         else:
-            visible = attention_mask[:, 0, -1, :]                                       # [B, T_kv] the last query
-            visible = visible if visible.dtype == torch.bool else visible == 0
-            self.pad = visible.int().argmax(dim=-1).tolist()                            # first visible position
+            self.pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).tolist()   # first visible position
         self.settle()
 
     @property

@@ -42,7 +42,7 @@ class Workload:
     prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
     gpu_prefill: bool = False  # the seam's GPU prefill: masked SDPA reads K/V per KV head (harness.seam.gqa_sdpa),
-                               # masks are additive, and a later chunk of one sequence has none (harness.seam.kvq_mask)
+                               # and a later chunk of one sequence builds no mask (harness.seam.kvq_mask)
 
 
 @dataclass
@@ -176,8 +176,8 @@ def activation_bytes(config, work: Workload) -> int:
 
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
     SDPA's causal flag, and on the GPU its chunks too) SDPA holds the [B, q, T] bool mask and the float copy it
-    makes of it (on the GPU the seam builds the additive mask alone), and on the CPU transformers' path K/V repeated
-    per query head (repeat_kv; on the GPU the seam's grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md (four
+    makes of it, and on the CPU transformers' path K/V repeated per query head (repeat_kv; on the GPU the seam's
+    grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md (four
     hidden-size tensors live at a chunk's MLP peak)."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
@@ -188,8 +188,7 @@ def activation_bytes(config, work: Workload) -> int:
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
     if work.batch > 1 or (chunked and not work.gpu_prefill):
-        mask = s if work.gpu_prefill else 1 + s          # additive (harness.seam.kvq_mask); bool + SDPA's float copy
-        attention += mask * tokens * work.tokens
+        attention += (1 + s) * tokens * work.tokens                              # bool mask + its float copy
         repeats = shape["heads"] > shape["kv_heads"] and not work.gpu_prefill    # repeat_kv
         attention += 2 * shape["heads"] * history if repeats else 0
     mlp = 3 * tokens * shape["intermediate"] * s

@@ -101,33 +101,17 @@ def lower_right_causal(q_length: int, kv_length: int, q_offset, kv_offset, mask_
 
 
 def kvq_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
-             mask_function=causal_mask_function, attention_mask=None, local_size=None, device="cpu", dtype=None,
-             **kwargs):
-    """transformers' `sdpa_mask` [B, 1, T_q, T_kv], with two changes for a GPU prefill (the CPU keeps transformers'
-    mask: the committed CPU rows ran with it):
-
-    * a later chunk with no padding (`lower_right_causal`): None, which `kvq_attention` reads as causal to the last
-      key (`causal_chunk_sdpa`), so no mask is built (one sequence at 128k in 8k chunks: 1.07 GB of bool mask and
-      2.15 GB of SDPA's float copy of it);
-    * any other mask of several query rows: additive in the model's dtype (0 visible, its lowest value hidden),
-      which SDPA reads as it is, where it would copy a bool mask into that form beside it (the bool's byte per
-      entry less at the attention's peak: 4.3 GB at 4 x 128k in 8k chunks).
-    """
-    on_gpu = torch.device(device).type == "cuda"
-    if on_gpu and lower_right_causal(q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
-                                     local_size):
+             mask_function=causal_mask_function, attention_mask=None, local_size=None, device="cpu", **kwargs):
+    """transformers' `sdpa_mask`, except for a later chunk of a GPU prefill with no padding (`lower_right_causal`):
+    None, which `kvq_attention` reads as causal to the last key (`causal_chunk_sdpa`), so no [B, 1, T_q, T_kv]
+    mask is built (4.3 GB at 4 x 128k in 8k chunks, with SDPA's float copy 2 bytes per entry more). The CPU keeps
+    transformers' mask (the committed CPU rows ran with it)."""
+    if torch.device(device).type == "cuda" and lower_right_causal(q_length, kv_length, q_offset, kv_offset,
+                                                                  mask_function, attention_mask, local_size):
         return None
-    mask = sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                      kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
                      local_size=local_size, device=device, **kwargs)
-    if not on_gpu or mask is None or q_length == 1 or dtype is None or not dtype.is_floating_point:
-        return mask
-    return additive_mask(mask, dtype)
-
-
-def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """bool mask (True: visible) -> the same shape in `dtype`: 0 where visible, dtype's lowest value elsewhere."""
-    return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device), torch.finfo(dtype).min)
 
 
 def gqa_sdpa(query, key, value, attention_mask, scaling, dropout) -> torch.Tensor:

@@ -161,29 +161,3 @@ def test_causal_chunk_sdpa_matches_the_masked_chunk_on_the_gpu_with_less_memory(
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated() - base)
     assert peaks[1] < peaks[0]
-
-
-def test_an_additive_mask_hides_what_the_bool_mask_hides_and_tells_the_same_padding(tiny):
-    """kvq_mask's GPU form of a padded batch's mask: additive, and the layers learn the same left padding from it."""
-    from harness.seam import additive_mask
-    from transformers.masking_utils import sdpa_mask
-    padding = torch.ones(2, 12, dtype=torch.bool)                                  # as transformers passes it
-    padding[1, :3] = False
-    bool_mask = sdpa_mask(batch_size=2, q_length=12, kv_length=12, attention_mask=padding, allow_is_causal_skip=False)
-    mask = additive_mask(bool_mask, torch.bfloat16)
-    assert mask.dtype == torch.bfloat16 and mask.shape == bool_mask.shape
-    assert torch.equal(mask == 0, bool_mask) and (mask[~bool_mask] == torch.finfo(torch.bfloat16).min).all()
-    q, k, v = (torch.randn(2, 4, 12, 16) for _ in range(3))
-    torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask.float())[0],
-                               torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask)[0])
-    model, _ = tiny("qwen3")
-    pads = []
-    for given in (bool_mask, mask):
-        quantizer = build_quantizer("naive_int2")
-        quantizer.check(model.config)
-        with install(model, quantizer, kernels="reference") as seam:
-            layer = seam.new_cache().layers[0]
-            layer.lazy_initialization(k[:, :2], v[:, :2])
-            layer.observe_padding(given)
-            pads.append(layer.pad)
-    assert pads[0] == pads[1] == [0, 3]
