@@ -106,7 +106,7 @@ def test_a_cell_that_does_not_fit_is_refused_before_loading_and_recorded_as_oom(
     import harness.memory_plan as memory_plan
     monkeypatch.setattr(memory_plan.pl, "device_budget", lambda device: 2 * 10**6)      # a 2 MB "device"
     monkeypatch.setattr("harness.models.load_model", lambda *a, **k: pytest.fail("weights were loaded"))
-    cfg = compose_cell("model=tiny_qwen3", "ctx=4k", f"results_dir={tmp_path}")
+    cfg = compose_cell("model=tiny_qwen3", "ctx=4k", "device=cpu", f"results_dir={tmp_path}")
     with pytest.raises(CellDoesNotFit, match=r"^This cell needs \d+\.\d GB on cpu \(weights .* but has 0\.0 GB"):
         run_cell(cfg, ResultsStore(tmp_path))
     rows = [json.loads(line) for path in (tmp_path / "rows").glob("*/*.jsonl")
@@ -116,7 +116,7 @@ def test_a_cell_that_does_not_fit_is_refused_before_loading_and_recorded_as_oom(
 
 def test_rows_record_the_placement_and_the_plan(tmp_path):
     cfg = compose_cell("model=tiny_qwen3", "quantizer=naive_int2", "task.samples=1", "task.max_new_tokens=4",
-                       f"results_dir={tmp_path}")
+                       "device=cpu", f"results_dir={tmp_path}")
     row = run_cell(cfg, ResultsStore(tmp_path))[0]
     assert row["run"]["placement"] == {"cpu": "layers 0-1"}
     assert row["run"]["memory_plan"]["cpu"]["weights"] > 0 and row["run"]["host_peak_mb"] > 0

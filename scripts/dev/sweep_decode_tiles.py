@@ -67,7 +67,10 @@ GRIDS = {
     "long1": [{}, {"block_n": 256}, {"block_n": 256, "num_stages": 3}, {"block_n": 256, "num_stages": 3, "maxnreg": 168},
               {"num_stages": 3}, {"programs_per_sm": 2}, {"programs_per_sm": 8}, {"block_n": 256, "programs_per_sm": 2},
               {"block_n": 256, "num_warps": 8, "maxnreg": None}, {"block_n": 512, "num_warps": 8, "maxnreg": None},
-              {"block_n": 256, "num_stages": 3, "maxnreg": 168, "programs_per_sm": 8, "block_f": 32}],
+              {"block_n": 256, "num_stages": 3, "maxnreg": 168, "programs_per_sm": 8, "block_f": 32},
+              {"block_n": 256, "num_warps": 8, "programs_per_sm": 2}, {"block_n": 256, "num_warps": 8, "programs_per_sm": 3},
+              {"block_n": 512, "num_warps": 16, "programs_per_sm": 1}, {"block_n": 256, "num_warps": 8, "programs_per_sm": 2,
+                                                                         "num_stages": 3}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
