@@ -75,7 +75,9 @@ def grouped_masked_prefill(query, key, value, attention_mask) -> bool:
 
 def causal_chunk(query, key) -> bool:
     """A GPU prefill chunk whose keys run past its queries, given no mask: `kvq_mask` left it out because it is
-    plain causal, aligned to the last key (lower right)."""
+    plain causal, aligned to the last key (lower right). transformers itself leaves a mask out only for a single
+    query, queries as long as the keys, or a static cache's empty future slots, and no cache of the seam has those
+    (each holds exactly the tokens seen)."""
     return query.is_cuda and 1 < query.shape[-2] < key.shape[-2]
 
 
@@ -104,8 +106,8 @@ def kvq_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, 
              mask_function=causal_mask_function, attention_mask=None, local_size=None, device="cpu", **kwargs):
     """transformers' `sdpa_mask`, except for a later chunk of a GPU prefill with no padding (`lower_right_causal`):
     None, which `kvq_attention` reads as causal to the last key (`causal_chunk_sdpa`), so no [B, 1, T_q, T_kv]
-    mask is built (4.3 GB at 4 x 128k in 8k chunks, with SDPA's float copy 2 bytes per entry more). The CPU keeps
-    transformers' mask (the committed CPU rows ran with it)."""
+    mask is built (one sequence at 128k in 8k chunks: a 1.07 GB bool mask and SDPA's 2.15 GB float copy of it;
+    results/bench/prefill_memory.md). The CPU keeps transformers' mask (the committed CPU rows ran with it)."""
     if torch.device(device).type == "cuda" and lower_right_causal(q_length, kv_length, q_offset, kv_offset,
                                                                   mask_function, attention_mask, local_size):
         return None
