@@ -41,8 +41,8 @@ class Workload:
     reference_path: bool      # the PyTorch reference keeps a dequantized mirror of the history
     prefill_chunk: int | None = None   # tokens per prefill forward (task.prefill_chunk); None: the whole prompt
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
-    gpu_prefill: bool = False  # the seam's GPU prefill: masked SDPA reads K/V per KV head (harness.seam.gqa_sdpa),
-                               # and a later chunk of one sequence builds no mask (harness.seam.kvq_mask)
+    gpu_prefill: bool = False  # the seam's GPU prefill: no float copy of a mask nor K/V per query head (it attends
+                               # sequence by sequence), and one sequence's later chunks have no mask (harness.seam)
 
 
 @dataclass
@@ -175,9 +175,9 @@ def activation_bytes(config, work: Workload) -> int:
     chunk, which also reads the layer's whole cache as full-precision K/V.
 
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
-    SDPA's causal flag, and on the GPU its chunks too) SDPA holds the [B, q, T] bool mask and the float copy it
-    makes of it, and on the CPU transformers' path K/V repeated per query head (repeat_kv; on the GPU the seam's
-    grouped SDPA reads them as they are); H100 allocator traces in results/bench/prefill_memory.md (four
+    SDPA's causal flag, and on the GPU its chunks too) the forward holds the [B, q, T] bool mask, and on the CPU
+    transformers' SDPA path the float copy SDPA makes of it and K/V repeated per query head (repeat_kv; on the GPU
+    the seam attends sequence by sequence without the mask, `harness.seam.padded_causal_sdpa`); H100 allocator traces in results/bench/prefill_memory.md (four
     hidden-size tensors live at a chunk's MLP peak)."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
@@ -188,7 +188,8 @@ def activation_bytes(config, work: Workload) -> int:
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
     if work.batch > 1 or (chunked and not work.gpu_prefill):
-        attention += (1 + s) * tokens * work.tokens                              # bool mask + its float copy
+        mask = 1 if work.gpu_prefill else 1 + s             # the bool mask (+ SDPA's float copy: not on the GPU)
+        attention += mask * tokens * work.tokens
         repeats = shape["heads"] > shape["kv_heads"] and not work.gpu_prefill    # repeat_kv
         attention += 2 * shape["heads"] * history if repeats else 0
     mlp = 3 * tokens * shape["intermediate"] * s

@@ -144,10 +144,33 @@ def test_a_later_chunk_of_one_unpadded_sequence_needs_no_mask():
     torch.testing.assert_close(causal_chunk_sdpa(q, k, v, 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0))
 
 
+def _padded_chunk(device, dtype, pads, t_q=96, t_kv=320):
+    """A chunk of a left-padded batch: q, k, v and transformers' causal + padding mask [B, 1, T_q, T_kv]."""
+    q, k, v, mask = _chunk_inputs(device, dtype, t_q, t_kv)
+    mask = mask.clone()
+    for b, pad in enumerate(pads):
+        mask[b, :, :, :pad] = False
+    return q, k, v, mask
+
+
+def test_a_padded_batch_attends_sequence_by_sequence_like_its_mask():
+    """padded_causal_sdpa: each sequence's rows past its padding as SDPA under the batch's causal + padding mask;
+    rows inside the padding (here the second sequence's first 40 rows of the chunk) get zeros."""
+    from harness.seam import gqa_sdpa, padded_causal_sdpa, padded_causal_prefill
+    q, k, v, mask = _padded_chunk("cpu", torch.float32, pads=[0, 264])
+    out, masked = padded_causal_sdpa(q, k, v, [0, 264], 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0)
+    torch.testing.assert_close(out[0], masked[0])
+    torch.testing.assert_close(out[1, 40:], masked[1, 40:])
+    assert out[1, :40].abs().max() == 0
+    assert padded_causal_sdpa(q, k, v, [0, 320], 0.125, 0.0)[1].abs().max() == 0   # a chunk of padding only
+    assert not padded_causal_prefill(q, mask, None, None)                            # the CPU keeps the mask
+    assert not padded_causal_prefill(q, mask, 32, None) and not padded_causal_prefill(q, None, None, None)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_causal_chunk_sdpa_matches_the_masked_chunk_on_the_gpu_with_less_memory():
-    """GPU: no [B, 1, T_q, T_kv] mask, the masked grouped SDPA's result."""
-    from harness.seam import causal_chunk_sdpa, gqa_sdpa
+    """GPU: no [B, 1, T_q, T_kv] mask, the masked grouped SDPA's result; a padded batch sequence by sequence too."""
+    from harness.seam import causal_chunk_sdpa, gqa_sdpa, padded_causal_prefill, padded_causal_sdpa
     q, k, v, mask = _chunk_inputs("cuda", torch.bfloat16, t_q=512, t_kv=4096)
     mask = mask.contiguous()
     out, masked = causal_chunk_sdpa(q, k, v, 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0)
@@ -161,3 +184,8 @@ def test_causal_chunk_sdpa_matches_the_masked_chunk_on_the_gpu_with_less_memory(
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated() - base)
     assert peaks[1] < peaks[0]
+    q, k, v, mask = _padded_chunk("cuda", torch.bfloat16, pads=[0, 3700], t_q=512, t_kv=4096)
+    assert padded_causal_prefill(q, mask, None, None)
+    out, masked = padded_causal_sdpa(q, k, v, [0, 3700], 0.125, 0.0), gqa_sdpa(q, k, v, mask, 0.125, 0.0)
+    assert (out[0].float() - masked[0].float()).abs().max().item() < 2e-2
+    assert (out[1, 116:].float() - masked[1, 116:].float()).abs().max().item() < 2e-2
