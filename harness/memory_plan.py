@@ -21,7 +21,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -43,6 +43,7 @@ class Workload:
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
     gpu_prefill: bool = False  # the seam's GPU prefill: no float copy of a mask nor K/V per query head (it attends
                                # sequence by sequence), and one sequence's later chunks have no mask (harness.seam)
+    packed_history: bool = False  # a chunk reads a packed history, dequantized through fp32 (kernels.format.dequantize)
 
 
 @dataclass
@@ -177,8 +178,9 @@ def activation_bytes(config, work: Workload) -> int:
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
     SDPA's causal flag, and on the GPU its chunks too) the forward holds the [B, q, T] bool mask, and on the CPU
     transformers' SDPA path the float copy SDPA makes of it and K/V repeated per query head (repeat_kv; on the GPU
-    the seam attends sequence by sequence without the mask, `harness.seam.padded_causal_sdpa`); H100 allocator traces in results/bench/prefill_memory.md (four
-    hidden-size tensors live at a chunk's MLP peak)."""
+    the seam attends sequence by sequence without the mask, `harness.seam.padded_causal_sdpa`). H100 allocator
+    traces in results/bench/prefill_memory.md: four hidden-size tensors live at a chunk's MLP peak; dequantizing a
+    4 x 128k history held three fp32 copies of its K or V."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
@@ -187,6 +189,8 @@ def activation_bytes(config, work: Workload) -> int:
     history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
+    if chunked and work.packed_history:                  # dequantizing K or V: three fp32 temporaries of its size
+        attention += 3 * shape["kv_heads"] * work.batch * work.tokens * shape["head_dim"] * 4
     if work.batch > 1 or (chunked and not work.gpu_prefill):
         mask = 1 if work.gpu_prefill else 1 + s             # the bool mask (+ SDPA's float copy: not on the GPU)
         attention += mask * tokens * work.tokens
@@ -285,7 +289,7 @@ def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str,
     from harness.random_model import meta_model
     config = model_config(cfg.model)
     quantizer.check(config)
-    work = cell_workload(cfg, device, use_kernels)
+    work = replace(cell_workload(cfg, device, use_kernels), packed_history=quantizer.sink_tokens is not None)
     meta = meta_model(config, model_dtype(cfg.model))
     layout = pl.module_layout(meta)
     sizes = pl.module_bytes(meta, layout.head + layout.layers + layout.tail)
