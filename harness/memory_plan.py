@@ -43,7 +43,8 @@ class Workload:
     reserved: bool = False    # the packed history is created at `tokens` (a generation task), not grown by doubling
     gpu_prefill: bool = False  # the seam's GPU prefill: no float copy of a mask nor K/V per query head (it attends
                                # sequence by sequence), and one sequence's later chunks have no mask (harness.seam)
-    packed_history: bool = False  # a chunk reads a packed history, dequantized through fp32 (kernels.format.dequantize)
+    packed_history: bool = False  # a chunk decodes a packed history through fp32 (kernel path; the reference path
+                                  # reads its dequantized mirror)
 
 
 @dataclass
@@ -289,7 +290,7 @@ def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str,
     from harness.random_model import meta_model
     config = model_config(cfg.model)
     quantizer.check(config)
-    work = replace(cell_workload(cfg, device, use_kernels), packed_history=quantizer.sink_tokens is not None)
+    work = replace(cell_workload(cfg, device, use_kernels), packed_history=use_kernels and quantizer.stores_codes)
     meta = meta_model(config, model_dtype(cfg.model))
     layout = pl.module_layout(meta)
     sizes = pl.module_bytes(meta, layout.head + layout.layers + layout.tail)

@@ -69,9 +69,10 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
 
 def grouped_masked_prefill(query, key, value, attention_mask) -> bool:
-    """A GPU prefill forward of a GQA model with an explicit mask (a chunk, or padded sequences), where
-    transformers' SDPA path would repeat K/V per query head (`repeat_kv`: 8.6 GB at 4 x 128k for Qwen3-8B,
-    results/bench/prefill_memory.md) while SDPA's grouped attention reads them as they are."""
+    """A GPU prefill forward of a GQA model with an explicit mask over a layer whose padding the seam does not know
+    (a quantized-cache layer attends sequence by sequence, `padded_causal_sdpa`), where transformers' SDPA path
+    would repeat K/V per query head (`repeat_kv`: 8.6 GB at 4 x 128k for Qwen3-8B, results/bench/prefill_memory.md)
+    while SDPA's grouped attention reads them as they are."""
     return (query.is_cuda and isinstance(attention_mask, torch.Tensor) and query.shape[-2] > 1
             and query.shape[1] != key.shape[1] and key.shape[-1] == value.shape[-1] <= 256)
 
@@ -88,10 +89,7 @@ def causal_chunk_sdpa(query, key, value, scaling, dropout) -> torch.Tensor:
     """Causal SDPA of T_q queries over T_kv >= T_q keys, the queries the last T_q positions, without a materialized
     mask (flash attention's lower-right causal where it applies): query [B, H_q, T_q, D], key/value
     [B, H_kv, T_kv, D] -> [B, T_q, H_q, D]."""
-    bias = causal_lower_right(query.shape[-2], key.shape[-2])
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout,
-                                                           scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous()
+    return gqa_sdpa(query, key, value, causal_lower_right(query.shape[-2], key.shape[-2]), scaling, dropout)
 
 
 def padded_causal_prefill(query, attention_mask, window, softcap) -> bool:

@@ -166,3 +166,15 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
                             "cpu", use_kernels=False, budgets={"cpu": 10**13})
     assert "prefill chunks of 4096 tokens" in plan.describe()
     assert plan.devices["cpu"].activations < one_forward.devices["cpu"].activations / 2
+
+
+def test_the_kernel_path_plan_counts_the_history_decode_and_the_reference_path_reads_its_mirror():
+    """A chunk on the kernel path decodes the packed history through three fp32 temporaries of one K or V (the
+    allocator trace of results/bench/prefill_memory.md); the reference path reads its dequantized mirror instead."""
+    from harness.memory_plan import cell_workload
+    cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=4096", "ctx=128k")
+    plans = [plan_cell(cfg, build_quantizer("naive_int2"), "cpu", use_kernels=kernels, budgets={"cpu": 10**13})
+             for kernels in (True, False)]
+    tokens = cell_workload(cfg, "cpu", True).tokens
+    decode = 3 * 8 * tokens * 128 * 4                                              # 8 KV heads, head_dim 128, fp32
+    assert plans[0].devices["cpu"].activations - plans[1].devices["cpu"].activations == decode
