@@ -307,14 +307,17 @@ class ThreeRegionLayer(DynamicLayer):
         return self._in_position_order(self.keys, self.history_k), self._in_position_order(self.values, self.history_v)
 
     def _in_position_order(self, fp: torch.Tensor, history: PackedHistory) -> torch.Tensor:
-        """[B, H_kv, n_tokens, D] from the fp rows [B, H_kv, F, D] and the history of each sequence."""
+        """[B, H_kv, n_tokens, D] from the fp rows [B, H_kv, F, D] and the history of each sequence, written into one
+        buffer (the history decoded a sequence and a KV head at a time: no whole-history temporaries)."""
         sink, hist, recent = self.regions()
-        deq, starts = history.dequantized, self.fp_starts()              # deq: [B, H_kv, N, D]
-        rows = []
-        for b, (pad, s, h, r, f0) in enumerate(zip(self.pad, sink, hist, recent, starts)):
-            lead = fp.new_zeros(*fp.shape[1:-2], min(pad, self.n_tokens), fp.shape[-1])
-            rows.append(torch.cat([lead, fp[b, :, f0:f0 + s], deq[b, :, :h], fp[b, :, f0 + s:f0 + s + r]], dim=-2))
-        return torch.stack(rows)
+        out = fp.new_empty(*fp.shape[:-2], self.n_tokens, fp.shape[-1])            # [B, H_kv, n_tokens, D]
+        for b, (pad, s, h, r, f0) in enumerate(zip(self.pad, sink, hist, recent, self.fp_starts())):
+            at = min(pad, self.n_tokens)                                             # padding rows: zeros
+            out[b, :, :at] = 0
+            out[b, :, at:at + s] = fp[b, :, f0:f0 + s]
+            history.decode_into(out[b, :, at + s:at + s + h], b)
+            out[b, :, at + s + h:at + s + h + r] = fp[b, :, f0 + s:f0 + s + r]
+        return out
 
     def nbytes(self) -> int:
         """Bytes held by this layer: full-precision rows plus packed history (codes and metadata)."""

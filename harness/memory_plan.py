@@ -45,6 +45,8 @@ class Workload:
                                # sequence by sequence), and one sequence's later chunks have no mask (harness.seam)
     packed_history: bool = False  # a chunk decodes a packed history through fp32 (kernel path; the reference path
                                   # reads its dequantized mirror)
+    padding_mask: bool = True     # a padded batch's prefill builds transformers' [B, 1, q, T] bool mask (not on the
+                                  # GPU over the seam's own cache: its padding rows alone, harness.seam.kvq_mask)
 
 
 @dataclass
@@ -177,11 +179,12 @@ def activation_bytes(config, work: Workload) -> int:
     chunk, which also reads the layer's whole cache as full-precision K/V.
 
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
-    SDPA's causal flag, and on the GPU its chunks too) the forward holds the [B, q, T] bool mask, and on the CPU
-    transformers' SDPA path the float copy SDPA makes of it and K/V repeated per query head (repeat_kv; on the GPU
-    the seam attends sequence by sequence without the mask, `harness.seam.padded_causal_sdpa`). H100 allocator
-    traces in results/bench/prefill_memory.md: four hidden-size tensors live at a chunk's MLP peak; dequantizing a
-    4 x 128k history held three fp32 copies of its K or V."""
+    SDPA's causal flag, and on the GPU its chunks too) the forward holds the [B, q, T] bool mask (not on the GPU over
+    the seam's own cache, which gets each sequence's padding rows alone), and on the CPU transformers' SDPA path the
+    float copy SDPA makes of it and K/V repeated per query head (repeat_kv; on the GPU the seam attends sequence by
+    sequence, `harness.seam.padded_causal_sdpa`). H100 allocator traces in results/bench/prefill_memory.md: four
+    hidden-size tensors live at a chunk's MLP peak; the packed history is decoded one sequence and KV head at a time
+    (three fp32 temporaries of that size; of the whole history before, 6.4 GB at 4 x 128k)."""
     s, shape = work.dtype_bytes, shape_of(config)
     chunked = is_chunked(work)
     tokens = work.batch * (work.prefill_chunk if chunked else work.tokens)
@@ -190,9 +193,9 @@ def activation_bytes(config, work: Workload) -> int:
     history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
-    if chunked and work.packed_history:                  # dequantizing K or V: three fp32 temporaries of its size
-        attention += 3 * shape["kv_heads"] * work.batch * work.tokens * shape["head_dim"] * 4
-    if work.batch > 1 or (chunked and not work.gpu_prefill):
+    if chunked and work.packed_history:                  # decoding one sequence's K or V of one KV head: three fp32
+        attention += 3 * work.tokens * shape["head_dim"] * 4                    # temporaries of its size
+    if (work.batch > 1 and work.padding_mask) or (chunked and not work.gpu_prefill):
         mask = 1 if work.gpu_prefill else 1 + s             # the bool mask (+ SDPA's float copy: not on the GPU)
         attention += mask * tokens * work.tokens
         repeats = shape["heads"] > shape["kv_heads"] and not work.gpu_prefill    # repeat_kv
@@ -290,7 +293,8 @@ def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str,
     from harness.random_model import meta_model
     config = model_config(cfg.model)
     quantizer.check(config)
-    work = replace(cell_workload(cfg, device, use_kernels), packed_history=use_kernels and quantizer.stores_codes)
+    work = replace(cell_workload(cfg, device, use_kernels), packed_history=use_kernels and quantizer.stores_codes,
+                   padding_mask=not device.startswith("cuda") or hasattr(quantizer, "build_cache"))
     meta = meta_model(config, model_dtype(cfg.model))
     layout = pl.module_layout(meta)
     sizes = pl.module_bytes(meta, layout.head + layout.layers + layout.tail)

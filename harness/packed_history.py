@@ -122,15 +122,22 @@ class PackedHistory:
         """Size the buffers for `tokens` rows when they are first created (no doubling slack, e.g. benchmarks)."""
         self.reserved_tokens = tokens
 
-    @property
-    def dequantized(self) -> torch.Tensor:
-        """[B, H_kv, N, D] reconstruction (the mirror, or decoded from the packed bytes on the kernel path);
-        batch row b is valid up to lengths[b]."""
+    def decode_into(self, out: torch.Tensor, row: int) -> None:
+        """Write batch row `row`'s first h tokens, dequantized, into out [H_kv, h, D] (the model's dtype): copied
+        from the mirror, or on the kernel path decoded from the packed bytes one KV head at a time, so the decode's
+        fp32 temporaries are one head's size, not the whole history's."""
+        tokens = out.shape[-2]
+        if tokens == 0:
+            return
         if MIRROR in self.buffers:
-            return self.view(MIRROR)
+            out.copy_(self.view(MIRROR)[row, :, :tokens])
+            return
         from kernels.format import QuantizedTensor
-        qt = QuantizedTensor(self.view("codes"), self.view("scale"), self.view("zero"), self.spec, self.head_dim)
-        return self.quantizer.dequantize(qt).to(self.dtype)
+        codes, scale, zero = (self.view(key)[row] for key in ("codes", "scale", "zero"))   # [H_kv, rows, *]
+        for head in range(out.shape[0]):
+            one = slice(head, head + 1)
+            qt = QuantizedTensor(codes[one], scale[one], zero[one], self.spec, self.head_dim)
+            out[head] = self.quantizer.dequantize(qt)[0, :tokens]                          # [h, D]
 
     def view(self, key: str) -> torch.Tensor:
         return self.buffers[key][..., : self.used[key], :]

@@ -25,6 +25,7 @@ from harness.placement import on_device
 from harness.quantizer import KVQuantizer
 
 ATTN_NAME = "kvq"
+PADDING_FROM_CACHE = "_kvq_padding_from_cache"   # config flag: full-attention layers are the seam's, which know their padding
 WINDOWED_PREFILL = True   # sliding-window layers prefill in window-sized query chunks (windowed_sdpa); False: one masked SDPA
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama", "mistral", "gemma3_text", "gemma3")
 
@@ -53,9 +54,12 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
             return unrotate_output(module, out), None
         key, value, pads = key.keys, key.values, key.layer.pad
     window = getattr(module, "sliding_window", None)
+    by_padding = pads is not None and padded_causal_prefill(query, attention_mask, window, kwargs.get("softcap"))
+    if padding_rows_only(query, attention_mask) and not by_padding:
+        attention_mask = causal_with_padding(attention_mask, query.shape[-2])     # [B, 1, T_q, T_kv]
     if attention_mask is None and causal_chunk(query, key):
         out = causal_chunk_sdpa(query, key, value, scaling, dropout)              # [B, T_q, H_q, D]
-    elif pads is not None and padded_causal_prefill(query, attention_mask, window, kwargs.get("softcap")):
+    elif by_padding:
         out = padded_causal_sdpa(query, key, value, pads, scaling, dropout)       # [B, T_q, H_q, D]
     elif WINDOWED_PREFILL and window and _windowed_prefill_applies(query, key, attention_mask, window):
         out = windowed_sdpa(module, query, key, value, attention_mask, window,
@@ -114,6 +118,29 @@ def padded_causal_sdpa(query, key, value, pads: list[int], scaling, dropout) -> 
     return out
 
 
+def padding_rows_only(query, attention_mask) -> bool:
+    """A prefill forward handed `kvq_mask`'s padding rows [B, 1, 1, T_kv] instead of the full causal mask."""
+    return isinstance(attention_mask, torch.Tensor) and query.shape[-2] > 1 and attention_mask.shape[-2] == 1
+
+
+def causal_with_padding(padding: torch.Tensor, q_length: int) -> torch.Tensor:
+    """The full mask [B, 1, T_q, T_kv] of the padding rows [B, 1, 1, T_kv], the queries the last T_q positions (what
+    transformers builds), for a layer that cannot attend by its padding."""
+    t_kv = padding.shape[-1]
+    causal = torch.ones(q_length, t_kv, dtype=torch.bool, device=padding.device).tril(t_kv - q_length)  # [T_q, T_kv]
+    return padding & causal
+
+
+def padding_rows(q_length: int, kv_length: int, q_offset, kv_offset, mask_function, attention_mask, local_size,
+                 config) -> bool:
+    """Whether a GPU prefill mask can be given as padding rows alone: plain causal with the queries the last
+    positions (no window, no custom pattern) over full-attention layers that are all the seam's quantized-cache
+    layers, which attend sequence by sequence past each one's padding (`padded_causal_sdpa`)."""
+    return (getattr(config, PADDING_FROM_CACHE, False) and mask_function is causal_mask_function
+            and local_size is None and not isinstance(q_offset, torch.Tensor) and attention_mask is not None
+            and q_length > 1 and q_offset + q_length == kv_offset + kv_length)
+
+
 def lower_right_causal(q_length: int, kv_length: int, q_offset, kv_offset, mask_function, attention_mask,
                        local_size) -> bool:
     """Whether transformers' mask for these arguments is plain causal over keys that end with the queries, and
@@ -128,13 +155,20 @@ def lower_right_causal(q_length: int, kv_length: int, q_offset, kv_offset, mask_
 
 def kvq_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
              mask_function=causal_mask_function, attention_mask=None, local_size=None, device="cpu", **kwargs):
-    """transformers' `sdpa_mask`, except for a later chunk of a GPU prefill with no padding (`lower_right_causal`):
+    """transformers' `sdpa_mask`, except on the GPU for a later prefill chunk with no padding (`lower_right_causal`):
     None, which `kvq_attention` reads as causal to the last key (`causal_chunk_sdpa`), so no [B, 1, T_q, T_kv]
     mask is built (one sequence at 128k in 8k chunks: a 1.07 GB bool mask and SDPA's 2.15 GB float copy of it;
-    results/bench/prefill_memory.md). The CPU keeps transformers' mask (the committed CPU rows ran with it)."""
+    results/bench/prefill_memory.md); and for a padded prefill over the seam's own cache (`padding_rows`): the
+    padding rows [B, 1, 1, T_kv] alone (4.3 GB less at 4 x 128k in 8k chunks), which a layer that cannot attend by
+    its padding expands (`causal_with_padding`). The CPU keeps transformers' mask (the committed CPU rows ran with
+    it)."""
     if torch.device(device).type == "cuda" and lower_right_causal(q_length, kv_length, q_offset, kv_offset,
                                                                   mask_function, attention_mask, local_size):
         return None
+    if torch.device(device).type == "cuda" and padding_rows(q_length, kv_length, q_offset, kv_offset, mask_function,
+                                                            attention_mask, local_size, kwargs.get("config")):
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)[:, kv_offset:kv_offset + kv_length]
+        return padding.bool()[:, None, None, :]                                   # [B, 1, 1, T_kv]
     return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                      kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
                      local_size=local_size, device=device, **kwargs)
@@ -288,6 +322,7 @@ class Seam:
             rotation = self.quantizer.for_layer(module.layer_idx, len(kinds)).value_rotation(module.layer_idx)
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
+        setattr(self.model.config, PADDING_FROM_CACHE, not hasattr(self.quantizer, "build_cache"))
         self.model.set_attn_implementation(ATTN_NAME)
         return self
 
@@ -302,6 +337,8 @@ class Seam:
                 if hasattr(module, attr):
                     delattr(module, attr)
         self._weights.clear()
+        if hasattr(self.model.config, PADDING_FROM_CACHE):
+            delattr(self.model.config, PADDING_FROM_CACHE)
         self.model.set_attn_implementation(self.previous_impl)
 
 

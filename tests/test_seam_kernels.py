@@ -167,6 +167,34 @@ def test_a_padded_batch_attends_sequence_by_sequence_like_its_mask():
     assert not padded_causal_prefill(q, mask, 32, None) and not padded_causal_prefill(q, None, None, None)
 
 
+def test_a_padded_prefill_over_the_seams_cache_gets_its_padding_rows_alone(tiny):
+    """On the GPU, over the seam's own cache (its config flag), kvq_mask hands a padded prefill only its padding rows
+    [B, 1, 1, T_kv], which expand to transformers' mask; a layer that cannot attend by its padding (here plain
+    tensors) expands them itself and attends as under the full mask."""
+    from types import SimpleNamespace
+
+    from harness.seam import PADDING_FROM_CACHE, causal_with_padding, kvq_attention, kvq_mask
+    padded = torch.ones(2, 192, dtype=torch.long)
+    padded[1, :70] = 0
+    seams = SimpleNamespace(**{PADDING_FROM_CACHE: True})
+    for q_length, q_offset in ((64, 128), (192, 0)):                               # a later chunk, the whole prompt
+        args = (2, q_length, 192, q_offset, 0)
+        full = kvq_mask(*args, attention_mask=padded, device="cpu")                 # transformers' [2, 1, q, 192]
+        rows = kvq_mask(*args, attention_mask=padded, device="cuda", config=seams)
+        assert rows.shape == (2, 1, 1, 192) and rows.dtype == torch.bool
+        assert torch.equal(causal_with_padding(rows, q_length), full)
+    q, k, v, mask = _padded_chunk("cpu", torch.float32, pads=[0, 264])
+    module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], is_causal=True, training=False)
+    rows = mask[:, :, -1:, :]                                                      # [B, 1, 1, T_kv]: the padding
+    out, _ = kvq_attention(module, q, k, v, rows, scaling=0.125)
+    expected, _ = kvq_attention(module, q, k, v, mask, scaling=0.125)
+    torch.testing.assert_close(out, expected)
+    model, _ = tiny("qwen3")
+    with install(model, build_quantizer("naive_int2")):
+        assert getattr(model.config, PADDING_FROM_CACHE)
+    assert not hasattr(model.config, PADDING_FROM_CACHE)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_causal_chunk_sdpa_matches_the_masked_chunk_on_the_gpu_with_less_memory():
     """GPU: no [B, 1, T_q, T_kv] mask, the masked grouped SDPA's result; a padded batch sequence by sequence too."""

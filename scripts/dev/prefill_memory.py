@@ -79,7 +79,7 @@ def main() -> None:
     model = load(args.model, "cuda")
     quantizer = build_quantizer(args.quantizer)
     work = Workload(args.batch, args.ctx, 2, False, args.chunk, reserved=True, gpu_prefill=True,
-                    packed_history=quantizer.stores_codes)
+                    packed_history=quantizer.stores_codes, padding_mask=hasattr(quantizer, "build_cache"))
     print(f"plan: KV cache {sum(kv_per_layer(model.config, quantizer, work)) / GB:.2f} GB, activations "
           f"{activation_bytes(model.config, work) / GB:.2f} GB (one layer), batch {args.batch} x {args.ctx}, "
           f"chunk {args.chunk}")
