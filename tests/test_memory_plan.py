@@ -139,19 +139,20 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
     traced = Workload(4, 32768, 2, False, prefill_chunk=8192, reserved=True)
     planned = activation_bytes(config, traced) + sum(kv_per_layer(config, build_quantizer("quarot_int2"), traced))
     assert 10.02e9 <= planned <= 1.25 * 10.02e9
-    grouped = Workload(4, 32768, 2, False, prefill_chunk=8192, reserved=True, gpu_prefill=True)
+    grouped = Workload(4, 32768, 2, False, prefill_chunk=8192, reserved=True, gpu_prefill=True, padding_mask=True)
     repeated = 2 * 32 * 4 * 32768 * 128 * 2                                       # K and V for 32 query heads
     float_mask = 2 * 4 * 8192 * 32768                                             # SDPA's copy of the bool mask
     assert activation_bytes(config, traced) - activation_bytes(config, grouped) == repeated + float_mask
     # the same trace after the seam's grouped SDPA (GPU): 7.87 GB; one sequence's GPU chunks, without a mask: 1.59 GB
     planned = activation_bytes(config, grouped) + sum(kv_per_layer(config, build_quantizer("quarot_int2"), grouped))
     assert 7.87e9 - 2.147e9 <= planned <= 1.25 * 7.87e9       # less SDPA's float copy of the mask (2.147 GB there)
-    # after the seam attends sequence by sequence (no float copy): 7.33 GB at 4 x 32k, 23.98 GB at 4 x 128k, where
-    # dequantizing the packed history held three fp32 copies of its K or V (6.4 GB), which the plan now counts
-    for tokens, traced_gb in ((32768, 7.33), (131072, 23.98)):
-        work = Workload(4, tokens, 2, False, prefill_chunk=8192, reserved=True, gpu_prefill=True, packed_history=True)
+    # after the seam attends sequence by sequence (no float copy) and decodes the history a sequence and KV head at a
+    # time, with transformers' bool mask: 7.33 GB at 4 x 32k; with the padding rows alone: 6.26 GB, 14.69 at 4 x 128k
+    for tokens, traced_gb, mask in ((32768, 7.33, True), (32768, 6.26, False), (131072, 14.69, False)):
+        work = Workload(4, tokens, 2, False, prefill_chunk=8192, reserved=True, gpu_prefill=True, packed_history=True,
+                        padding_mask=mask)
         planned = activation_bytes(config, work) + sum(kv_per_layer(config, build_quantizer("quarot_int2"), work))
-        assert traced_gb * 1e9 <= planned <= 1.3 * traced_gb * 1e9, tokens
+        assert traced_gb * 1e9 <= planned <= 1.3 * traced_gb * 1e9, (tokens, mask)
     alone = Workload(1, 32768, 2, False, prefill_chunk=8192, reserved=True, gpu_prefill=True, packed_history=True)
     planned = activation_bytes(config, alone) + sum(kv_per_layer(config, build_quantizer("quarot_int2"), alone))
     assert 1.59e9 <= planned <= 1.3 * 1.59e9
@@ -169,12 +170,24 @@ def test_prefill_chunks_shrink_the_planned_activations_and_say_so():
 
 
 def test_the_kernel_path_plan_counts_the_history_decode_and_the_reference_path_reads_its_mirror():
-    """A chunk on the kernel path decodes the packed history through three fp32 temporaries of one K or V (the
-    allocator trace of results/bench/prefill_memory.md); the reference path reads its dequantized mirror instead."""
+    """A chunk on the kernel path decodes the packed history one sequence and KV head at a time, through three fp32
+    temporaries of that size (results/bench/prefill_memory.md); the reference path reads its dequantized mirror."""
     from harness.memory_plan import cell_workload
     cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=4096", "ctx=128k")
     plans = [plan_cell(cfg, build_quantizer("naive_int2"), "cpu", use_kernels=kernels, budgets={"cpu": 10**13})
              for kernels in (True, False)]
     tokens = cell_workload(cfg, "cpu", True).tokens
-    decode = 3 * 8 * tokens * 128 * 4                                              # 8 KV heads, head_dim 128, fp32
+    decode = 3 * tokens * 128 * 4                                                  # one KV head, head_dim 128, fp32
     assert plans[0].devices["cpu"].activations - plans[1].devices["cpu"].activations == decode
+
+
+def test_a_padded_gpu_prefill_over_the_seams_cache_plans_no_batch_mask():
+    """On the GPU the seam's own cache gets each sequence's padding rows, not the [B, 1, q, T] bool mask
+    (harness.seam.kvq_mask); a quantizer with its own cache (transformers' QuantizedCache) and the CPU keep it."""
+    cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.prefill_chunk=8192", "task.batch_size=4",
+                       "ctx=128k")                                            # attention, not the MLP, is the peak
+    budgets = {"cuda:0": 10**13, "cpu": 10**13}
+    seams, own_cache = (plan_cell(cfg, build_quantizer(name), "cuda", use_kernels=False, budgets=budgets)
+                        for name in ("bf16", "hf_quantized_cache"))
+    tokens = 4 * 8192 * (131072 + int(cfg.task.max_new_tokens))                  # the chunk's queries x every key
+    assert own_cache.devices["cuda:0"].activations - seams.devices["cuda:0"].activations == tokens
