@@ -10,9 +10,10 @@ mean, an rsqrt and two products; RoPE rotates half of q and of k with a slice, a
 three products; the MLP multiplies SiLU(gate) by up. Inside the block, the forward of every RMSNorm and MLP module
 and the modeling module's `apply_rotary_pos_emb` are swapped for torch.compile'd ones (inductor, mode "default":
 it adds no CUDA graph of its own, since DecodeStep captures the whole step), so each of them is one fused kernel
-(the MLP: its GEMMs plus one), the same for BF16 and every quantizer. The attention path (the cache's write, the
-quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled pieces as it does
-without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
+(the MLP: its GEMMs plus one), the same for BF16 and every quantizer; and each attention's q, k and v
+projections run as one GEMM over their concatenated weights (harness.fused_projections). The attention path (the
+cache's write, the quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled
+pieces as it does without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
 
 Each piece is compiled once per class (torch.compile caches by code object, and the compiled callables are kept
 here), on the first step that runs it: DecodeStep's eager warm-up, before its CUDA graph is captured.
@@ -26,6 +27,8 @@ import types
 from contextlib import contextmanager
 
 import torch
+
+from harness.fused_projections import fused_projections
 
 COMPILE_MODE = "default"                      # not reduce-overhead: the captured step is already one CUDA graph
 COMPILED_CLASS_SUFFIXES = ("RMSNorm", "MLP")  # Qwen3RMSNorm, LlamaMLP, Gemma3RMSNorm, ...: pure tensor functions
@@ -70,7 +73,8 @@ def compile_step_refusal(model) -> str | None:
 
 @contextmanager
 def compiled_parts(model):
-    """Inside: the model's RMSNorms, MLPs and RoPE run compiled (see the module docstring); restored after."""
+    """Inside: the model's RMSNorms, MLPs and RoPE run compiled and each attention's q, k and v projections as one
+    GEMM (harness.fused_projections; see the module docstring); restored after."""
     modules, namespaces = compilable_modules(model), rope_namespaces(model)
     stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in namespaces}
     for module in modules:
@@ -78,7 +82,8 @@ def compiled_parts(model):
     for space, rope in stock_rope.items():
         setattr(space, ROPE_FUNCTION, _compiled(rope))
     try:
-        yield
+        with fused_projections(model):
+            yield
     finally:
         for module in modules:
             del module.forward                                  # the class's stock forward again

@@ -1,0 +1,68 @@
+"""The compiled step's fused q/k/v projections (harness.fused_projections) against the three separate ones."""
+import torch
+
+from harness.fused_projections import FUSED, PROJECTIONS, fusable, fused_parameters, fused_projections
+from harness.quantizer import build_quantizer
+from harness.seam import install
+
+
+def _projections(attention, x):
+    return [getattr(attention, name)(x) for name in PROJECTIONS]
+
+
+def test_one_gemm_gives_the_three_projections_and_leaves_views(tiny, monkeypatch):
+    """Inside the block q_proj's call computes k and v too (k_proj and v_proj then run no GEMM of their own); outside
+    the stock forwards run, over weights that are views of the fused one."""
+    model = tiny("qwen3")[0]
+    attention = model.model.layers[0].self_attn
+    x = torch.randn(2, 1, model.config.hidden_size)                           # [B, 1, hidden]
+    expected, expected_other = _projections(attention, x), attention.k_proj(x + 1)
+    gemms, linear = [], torch.nn.functional.linear
+    with fused_projections(model) as modules:
+        monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: gemms.append(a[1].shape) or linear(*a))
+        fused = _projections(attention, x)
+        other = attention.k_proj(x + 1)                                        # another input: its own GEMM
+        monkeypatch.undo()
+    assert len(modules) == model.config.num_hidden_layers
+    rows = sum(getattr(attention, name).out_features for name in PROJECTIONS)
+    assert gemms == [(rows, x.shape[-1]), tuple(attention.k_proj.weight.shape)]
+    for a, b in zip(fused + [other], expected + [expected_other]):
+        torch.testing.assert_close(a, b)
+    assert not any("forward" in vars(getattr(attention, name)) for name in PROJECTIONS)
+    weight, _ = getattr(attention, FUSED)
+    assert attention.v_proj.weight.data_ptr() == weight[-attention.v_proj.out_features:].data_ptr()
+    for a, b in zip(_projections(attention, x), expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_in_place_updates_reach_the_fused_weight_and_replacements_rebuild_it(tiny):
+    """The seam folds R_V into v_proj in place (and restores it): the fused GEMM follows; a replaced parameter
+    makes the next entry fuse again."""
+    model = tiny("qwen3")[0]
+    attention = model.model.layers[1].self_attn
+    with fused_projections(model):
+        pass
+    x = torch.randn(1, 1, model.config.hidden_size)
+    with install(model, build_quantizer("quarot_int2")):                   # folds a Hadamard into v_proj in place
+        expected = _projections(attention, x)
+        with fused_projections(model):
+            torch.testing.assert_close(_projections(attention, x)[2], expected[2])
+    first = getattr(attention, FUSED)[0]
+    attention.k_proj.weight.data = attention.k_proj.weight.data.clone() * 2
+    expected = _projections(attention, x)
+    with fused_projections(model):
+        torch.testing.assert_close(_projections(attention, x)[1], expected[1])
+    assert getattr(attention, FUSED)[0].data_ptr() != first.data_ptr()
+    assert fused_parameters(attention)[0].data_ptr() == getattr(attention, FUSED)[0].data_ptr()
+
+
+def test_only_plain_linear_projections_of_one_kind_are_fused(tiny):
+    model = tiny("qwen3")[0]
+    attention = model.model.layers[0].self_attn
+    assert fusable(attention)
+    attention.k_proj.forward = lambda x: x                                   # e.g. an offloading hook's wrapper
+    assert not fusable(attention)
+    del attention.k_proj.forward
+    attention.v_proj.to(torch.float64)
+    assert not fusable(attention)
+    assert not fusable(model.model.layers[0].mlp)
