@@ -4,8 +4,8 @@ per-token values, with one key group per warp sub-tile (`DecodeConfig.channel_ke
 A group's channel scales multiply the query instead of the codes, so the codes stay FIELD_TINY MMA operands:
     q.k_n = sum_c q_c s_gc (c_nc - z_gc) = (q * s_g) . c_n - sum_c q_c s_gc z_gc        (g: token n's group)
 Each warp's sub-tile is exactly one group (BLOCK_N / WARPS = K_GROUP tokens, tiles aligned to groups), so the
-B operand of its score MMA is q_f * s_g,f [KB, R] and its bias one [R] vector. The values and the epilogue are
-warp_tiles.py's.
+B operand of its score MMA is q_f * s_g,f [KB, R] and its bias one [R] vector; from head_dim 128 each tile's channel
+(scale, zero) pairs are loaded one tile ahead, like the values' per-token ones. The values and the epilogue are warp_tiles.py's.
 """
 from __future__ import annotations
 
@@ -13,23 +13,34 @@ import triton
 import triton.language as tl
 
 from kernels.decode.common import FIELD_TINY, TINY_SCALE
+
+# head_dims from which the key channel metadata is loaded a tile ahead: at 128 that took KIVI-2 from 18 % to 34 % of the
+# copy bandwidth (batch 8 / 32k; 23 -> 45 % at 32 / 100k), at 64 it lost (9 -> 7 %; results/bench/bench_formats_kivi.md)
+KEY_META_AHEAD_MIN_D = tl.constexpr(128)
 from kernels.decode.packed import _field, _query_fields
 from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, \
     _warp_softmax_step
 
 
 @triton.jit
-def _channel_scaled_query(q_t, s_ptr, z_ptr, groups, group_ok, stride_n, f: tl.constexpr, KB: tl.constexpr,
-                          BITS: tl.constexpr, FP16: tl.constexpr):
-    """Field f's query scaled by each warp's key-group channel scales -> (B operand [WARPS, KB, R] in the dot dtype,
-    bias [WARPS, R] = sum over the field's channels of q_c s_gc z_gc). q_t [KB, R] is field f of `_query_fields`
-    transposed (q times 2^(-f*BITS), an exact power of two)."""
-    c = f * KB + tl.arange(0, KB)
-    ptrs = groups[:, None] * stride_n + c[None, :]                                   # [WARPS, KB]
-    s = tl.load(s_ptr + ptrs, mask=group_ok[:, None], other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + ptrs, mask=group_ok[:, None], other=0.0).to(tl.float32)
-    scaled = q_t.to(tl.float32)[None, :, :] * s[:, :, None]                          # [WARPS, KB, R]
-    bias = tl.sum(scaled * z[:, :, None], axis=1) * (1 << (f * BITS))                # [WARPS, R]
+def _channel_meta(s_ptr, z_ptr, groups, group_ok, stride_n, KP: tl.constexpr, KB: tl.constexpr):
+    """The channel (scale, zero) of each warp's key group for every field, in their stored dtype: a flat tuple
+    (s_0, z_0, s_1, z_1, ...) of [WARPS, KB] tensors (loaded a tile ahead of their use)."""
+    metas = ()
+    for f in tl.static_range(KP):
+        ptrs = groups[:, None] * stride_n + f * KB + tl.arange(0, KB)[None, :]       # [WARPS, KB]
+        metas = metas + (tl.load(s_ptr + ptrs, mask=group_ok[:, None], other=0.0),
+                         tl.load(z_ptr + ptrs, mask=group_ok[:, None], other=0.0))
+    return metas
+
+
+@triton.jit
+def _channel_scaled_query(q_t, s, z, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr):
+    """Field f's query scaled by each warp's key-group channel scales s [WARPS, KB] -> (B operand [WARPS, KB, R] in
+    the dot dtype, bias [WARPS, R] = sum over the field's channels of q_c s_gc z_gc). q_t [KB, R] is field f of
+    `_query_fields` transposed (q times 2^(-f*BITS), an exact power of two)."""
+    scaled = q_t.to(tl.float32)[None, :, :] * s.to(tl.float32)[:, :, None]          # [WARPS, KB, R]
+    bias = tl.sum(scaled * z.to(tl.float32)[:, :, None], axis=1) * (1 << (f * BITS))  # [WARPS, R]
     return scaled.to(tl.float16 if FP16 else tl.float32), bias
 
 
@@ -58,16 +69,24 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     vb = tl.arange(0, VB)
     first = start - start % BLOCK_W
     v_meta = _group_meta(vs_ptr, vz_ptr, first + sub, first + sub < end, stride_vsn, VG)
+    groups = first // BLOCK_W + tl.arange(0, WARPS)                                   # [WARPS]
+    k_meta = _channel_meta(ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn, KP, KB)
     for n0 in range(first, end, BLOCK_N):
         offs_n = n0 + sub
         stored = offs_n < end
+        # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
         groups = n0 // BLOCK_W + tl.arange(0, WARPS)                                 # [WARPS]
+        if D >= KEY_META_AHEAD_MIN_D:
+            k_next = _channel_meta(ks_ptr, kz_ptr, groups + WARPS, (groups + WARPS) * BLOCK_W < end, stride_ksn,
+                                   KP, KB)
+        else:                                                                        # this tile's, loaded here
+            k_meta = _channel_meta(ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn, KP, KB)
+            k_next = k_meta
         packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=stored[:, :, None],
                          other=0)                                                    # [WARPS, BLOCK_W, KB]
         for f in tl.static_range(KP - 1, -1, -1):
-            q_s, bias_f = _channel_scaled_query(q_t[f], ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn,
-                                                f, KB, K_BITS, FP16)
+            q_s, bias_f = _channel_scaled_query(q_t[f], k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16)
             k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
             if f == KP - 1:
                 dots = tl.dot(k, q_s)
@@ -81,5 +100,5 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=stored[:, None, :],
                          other=0)                                                    # [WARPS, VB, BLOCK_W]
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
-        v_meta = v_next
+        v_meta, k_meta = v_next, k_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
