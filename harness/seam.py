@@ -168,7 +168,8 @@ def kvq_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, 
     if torch.device(device).type == "cuda" and padding_rows(q_length, kv_length, q_offset, kv_offset, mask_function,
                                                             attention_mask, local_size, kwargs.get("config")):
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)[:, kv_offset:kv_offset + kv_length]
-        return padding.bool()[:, None, None, :]                                   # [B, 1, 1, T_kv]
+        if not bool(padding.all()):                   # no padding at all: transformers' causal skip, as before
+            return padding.bool()[:, None, None, :]                               # [B, 1, 1, T_kv]
     return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                      kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
                      local_size=local_size, device=device, **kwargs)

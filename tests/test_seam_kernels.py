@@ -183,6 +183,8 @@ def test_a_padded_prefill_over_the_seams_cache_gets_its_padding_rows_alone(tiny)
         rows = kvq_mask(*args, attention_mask=padded, device="cuda", config=seams)
         assert rows.shape == (2, 1, 1, 192) and rows.dtype == torch.bool
         assert torch.equal(causal_with_padding(rows, q_length), full)
+    unpadded = torch.ones(2, 192, dtype=torch.long)                              # no padding: SDPA's causal flag
+    assert kvq_mask(2, 192, 192, 0, 0, attention_mask=unpadded, device="cuda", config=seams) is None
     q, k, v, mask = _padded_chunk("cpu", torch.float32, pads=[0, 264])
     module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], is_causal=True, training=False)
     rows = mask[:, :, -1:, :]                                                      # [B, 1, 1, T_kv]: the padding
