@@ -25,7 +25,8 @@ from harness.placement import on_device
 from harness.quantizer import KVQuantizer
 
 ATTN_NAME = "kvq"
-PADDING_FROM_CACHE = "_kvq_padding_from_cache"   # config flag: full-attention layers are the seam's, which know their padding
+PADDING_FROM_CACHE: set[int] = set()   # id() of each installed model's config whose full-attention layers are all
+                                       # the seam's quantized-cache layers (they attend past their own padding)
 WINDOWED_PREFILL = True   # sliding-window layers prefill in window-sized query chunks (windowed_sdpa); False: one masked SDPA
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama", "mistral", "gemma3_text", "gemma3")
 
@@ -136,7 +137,7 @@ def padding_rows(q_length: int, kv_length: int, q_offset, kv_offset, mask_functi
     """Whether a GPU prefill mask can be given as padding rows alone: plain causal with the queries the last
     positions (no window, no custom pattern) over full-attention layers that are all the seam's quantized-cache
     layers, which attend sequence by sequence past each one's padding (`padded_causal_sdpa`)."""
-    return (getattr(config, PADDING_FROM_CACHE, False) and mask_function is causal_mask_function
+    return (id(config) in PADDING_FROM_CACHE and mask_function is causal_mask_function
             and local_size is None and not isinstance(q_offset, torch.Tensor) and attention_mask is not None
             and q_length > 1 and q_offset + q_length == kv_offset + kv_length)
 
@@ -323,7 +324,8 @@ class Seam:
             rotation = self.quantizer.for_layer(module.layer_idx, len(kinds)).value_rotation(module.layer_idx)
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
-        setattr(self.model.config, PADDING_FROM_CACHE, not hasattr(self.quantizer, "build_cache"))
+        if not hasattr(self.quantizer, "build_cache"):
+            PADDING_FROM_CACHE.add(id(self.model.config))
         self.model.set_attn_implementation(ATTN_NAME)
         return self
 
@@ -338,8 +340,7 @@ class Seam:
                 if hasattr(module, attr):
                     delattr(module, attr)
         self._weights.clear()
-        if hasattr(self.model.config, PADDING_FROM_CACHE):
-            delattr(self.model.config, PADDING_FROM_CACHE)
+        PADDING_FROM_CACHE.discard(id(self.model.config))
         self.model.set_attn_implementation(self.previous_impl)
 
 

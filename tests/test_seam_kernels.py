@@ -168,33 +168,33 @@ def test_a_padded_batch_attends_sequence_by_sequence_like_its_mask():
 
 
 def test_a_padded_prefill_over_the_seams_cache_gets_its_padding_rows_alone(tiny):
-    """On the GPU, over the seam's own cache (its config flag), kvq_mask hands a padded prefill only its padding rows
-    [B, 1, 1, T_kv], which expand to transformers' mask; a layer that cannot attend by its padding (here plain
-    tensors) expands them itself and attends as under the full mask."""
+    """On the GPU, over the seam's own cache (registered while it is installed, the config left as it is), kvq_mask
+    hands a padded prefill only its padding rows [B, 1, 1, T_kv], which expand to transformers' mask; a layer that
+    cannot attend by its padding (here plain tensors) expands them itself and attends as under the full mask."""
     from types import SimpleNamespace
 
-    from harness.seam import PADDING_FROM_CACHE, causal_with_padding, kvq_attention, kvq_mask
+    from harness.seam import causal_with_padding, kvq_attention, kvq_mask, padding_rows
+    from transformers.masking_utils import causal_mask_function
     padded = torch.ones(2, 192, dtype=torch.long)
     padded[1, :70] = 0
-    seams = SimpleNamespace(**{PADDING_FROM_CACHE: True})
-    for q_length, q_offset in ((64, 128), (192, 0)):                               # a later chunk, the whole prompt
-        args = (2, q_length, 192, q_offset, 0)
-        full = kvq_mask(*args, attention_mask=padded, device="cpu")                 # transformers' [2, 1, q, 192]
-        rows = kvq_mask(*args, attention_mask=padded, device="cuda", config=seams)
-        assert rows.shape == (2, 1, 1, 192) and rows.dtype == torch.bool
-        assert torch.equal(causal_with_padding(rows, q_length), full)
-    unpadded = torch.ones(2, 192, dtype=torch.long)                              # no padding: SDPA's causal flag
-    assert kvq_mask(2, 192, 192, 0, 0, attention_mask=unpadded, device="cuda", config=seams) is None
+    model = tiny("qwen3")[0]
+    config_json = model.config.to_json_string(use_diff=False)
+    with install(model, build_quantizer("naive_int2")):
+        assert model.config.to_json_string(use_diff=False) == config_json       # (OSCAR's artifact key hashes it)
+        for q_length, q_offset in ((64, 128), (192, 0)):                           # a later chunk, the whole prompt
+            args = (2, q_length, 192, q_offset, 0)
+            full = kvq_mask(*args, attention_mask=padded, device="cpu")             # transformers' [2, 1, q, 192]
+            rows = kvq_mask(*args, attention_mask=padded, device="cuda", config=model.config)
+            assert rows.shape == (2, 1, 1, 192) and rows.dtype == torch.bool
+            assert torch.equal(causal_with_padding(rows, q_length), full)
+        unpadded = torch.ones(2, 192, dtype=torch.long)                          # no padding: SDPA's causal flag
+        assert kvq_mask(2, 192, 192, 0, 0, attention_mask=unpadded, device="cuda", config=model.config) is None
+    assert not padding_rows(64, 192, 128, 0, causal_mask_function, padded, None, model.config)   # uninstalled
     q, k, v, mask = _padded_chunk("cpu", torch.float32, pads=[0, 264])
     module = SimpleNamespace(num_key_value_groups=q.shape[1] // k.shape[1], is_causal=True, training=False)
-    rows = mask[:, :, -1:, :]                                                      # [B, 1, 1, T_kv]: the padding
-    out, _ = kvq_attention(module, q, k, v, rows, scaling=0.125)
+    out, _ = kvq_attention(module, q, k, v, mask[:, :, -1:, :], scaling=0.125)  # the padding rows [B, 1, 1, T_kv]
     expected, _ = kvq_attention(module, q, k, v, mask, scaling=0.125)
     torch.testing.assert_close(out, expected)
-    model, _ = tiny("qwen3")
-    with install(model, build_quantizer("naive_int2")):
-        assert getattr(model.config, PADDING_FROM_CACHE)
-    assert not hasattr(model.config, PADDING_FROM_CACHE)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

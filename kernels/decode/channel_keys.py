@@ -4,8 +4,9 @@ per-token values, with one key group per warp sub-tile (`DecodeConfig.channel_ke
 A group's channel scales multiply the query instead of the codes, so the codes stay FIELD_TINY MMA operands:
     q.k_n = sum_c q_c s_gc (c_nc - z_gc) = (q * s_g) . c_n - sum_c q_c s_gc z_gc        (g: token n's group)
 Each warp's sub-tile is exactly one group (BLOCK_N / WARPS = K_GROUP tokens, tiles aligned to groups), so the
-B operand of its score MMA is q_f * s_g,f [KB, R] and its bias one [R] vector; from head_dim 128 each tile's channel
-(scale, zero) pairs are loaded one tile ahead, like the values' per-token ones. The values and the epilogue are warp_tiles.py's.
+B operand of its score MMA is q_f * s_g,f [KB, R] and its bias one [R] vector; from head_dim 128 each tile's
+channel (scale, zero) pairs are loaded one tile ahead, like the values' per-token ones. The values and the epilogue
+are warp_tiles.py's.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import triton.language as tl
 
 from kernels.decode.common import FIELD_TINY, TINY_SCALE
 
-# head_dims from which the key channel metadata is loaded a tile ahead: at 128 that took KIVI-2 from 18 % to 34 % of the
-# copy bandwidth (batch 8 / 32k; 23 -> 45 % at 32 / 100k), at 64 it lost (9 -> 7 %; results/bench/bench_formats_kivi.md)
+# head_dims from which the key channel metadata is loaded a tile ahead: on the H100 that took KIVI-2 at 128 from 19 % to
+# 35 % of copy (batch 8 / 32k; 23 -> 45 % at 32 / 100k); at 64 it lost (9 -> 7 %; results/bench/bench_formats_kivi.md)
 KEY_META_AHEAD_MIN_D = tl.constexpr(128)
 from kernels.decode.packed import _field, _query_fields
 from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, \
