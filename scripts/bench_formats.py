@@ -2,6 +2,7 @@
 
     python scripts/bench_formats.py                                        # 3 attention shapes x 3 points
     python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
+    python scripts/bench_formats.py --formats turboquant_k3v3 --launch 'block_n=128;num_warps=8'   # launch variants
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
@@ -23,7 +24,7 @@ import datetime
 import json
 import os
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
@@ -34,6 +35,8 @@ from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_b
                            graph_ms, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
+from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
+from kernels.turbo.decode import GPU_CONFIG as TURBO_GPU_CONFIG  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
            "kivi2_rowmajor": "kivi2"}
@@ -68,37 +71,66 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
     return stored + fp_segment + 2 * batch * shape.q_heads * shape.head_dim * 2
 
 
-def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape):
-    """A zero-argument decode call of one format on fresh random stored parts of one point."""
+def default_launch(fmt: str, batch: int, shape: AttnShape, quantizer) -> DecodeConfig:
+    """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
+    if fmt == "turboquant_k3v3":
+        return TURBO_GPU_CONFIG
+    d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
+    small = is_small_grid(batch * shape.kv_heads, torch.cuda.get_device_properties(0).multi_processor_count)
+    if fmt in LAUNCH_CHANGES:
+        return replace(default_config(d, True, small, per_token_layouts(k_spec, v_spec, d)), **LAUNCH_CHANGES[fmt])
+    return launch_config(d, True, small, k_spec, v_spec, shape.q_heads // shape.kv_heads)
+
+
+def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
+    """A zero-argument decode call of one format on fresh random stored parts of one point (`changes`: fields of
+    its default launch to change)."""
     quantizer, ops = stored_format(fmt, shape.head_dim)
     d, heads, n_hist = shape.head_dim, shape.kv_heads, ctx - SINK - RECENT
     k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec)
     v_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.value_spec)
     args = decode_args(batch, ctx, shape, k_parts, v_parts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
-    if fmt in LAUNCH_CHANGES:
-        small = is_small_grid(batch * heads, torch.cuda.get_device_properties(0).multi_processor_count)
-        default = default_config(d, True, small, per_token_layouts(quantizer.key_spec, quantizer.value_spec, d))
-        spec_kw["config"] = replace(default, **LAUNCH_CHANGES[fmt])
+    if changes or fmt in LAUNCH_CHANGES:
+        spec_kw["config"] = replace(default_launch(fmt, batch, shape, quantizer), **(changes or {}))
     return lambda: ops.decode_attention(*args, **spec_kw)
 
 
-def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy_tbs: float) -> list[dict]:
-    """Rows of one (shape, batch, ctx): BF16 SDPA first, then each format with its speedup over it."""
+def parse_launches(text: str) -> list[dict]:
+    """'block_n=128,num_warps=8;num_stages=3' -> [{'block_n': 128, 'num_warps': 8}, {'num_stages': 3}] (integer
+    or true/false fields of DecodeConfig)."""
+    known = {f.name for f in fields(DecodeConfig)}
+    variants = []
+    for part in filter(None, text.split(";")):
+        changes = {}
+        for item in part.split(","):
+            name, _, value = item.partition("=")
+            if name not in known:
+                raise SystemExit(f"--launch: unknown DecodeConfig field '{name}'; known: {', '.join(sorted(known))}.")
+            changes[name] = value == "true" if value in ("true", "false") else int(value)
+        variants.append(changes)
+    return variants
+
+
+def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy_tbs: float,
+                launches: list[dict] = ()) -> list[dict]:
+    """Rows of one (shape, batch, ctx): BF16 SDPA first, then each format (at its default launch, then at each
+    of `launches`) with its speedup over it."""
     base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "batch": batch, "ctx": ctx}
     bf16 = bf16_bytes(batch, ctx, shape)
     sdpa_ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), bf16)
     rows = [{**base, "format": "bf16 (SDPA)", "ms": sdpa_ms, "of_copy": bf16 / sdpa_ms / 1e9 / copy_tbs,
              "vs_sdpa": 1.0}]
-    for fmt in formats:
+    for fmt, changes in [(fmt, changes) for fmt in formats for changes in ({}, *launches)]:
+        label = fmt + (" [" + " ".join(f"{k}={v}" for k, v in changes.items()) + "]" if changes else "")
         try:
             nbytes = format_bytes(fmt, batch, ctx, shape)
-            ms = graph_ms(lambda _, fmt=fmt: format_call(fmt, batch, ctx, shape), nbytes)
+            ms = graph_ms(lambda _, fmt=fmt, changes=changes: format_call(fmt, batch, ctx, shape, changes), nbytes)
         except Exception as exc:                                   # noqa: BLE001 (a format may not launch here)
             torch.cuda.empty_cache()
-            rows.append({**base, "format": fmt, "error": str(exc).splitlines()[0][:100]})
+            rows.append({**base, "format": label, "error": str(exc).splitlines()[0][:100]})
             continue
-        rows.append({**base, "format": fmt, "ms": ms, "of_copy": nbytes / ms / 1e9 / copy_tbs,
+        rows.append({**base, "format": label, "ms": ms, "of_copy": nbytes / ms / 1e9 / copy_tbs,
                      "vs_sdpa": sdpa_ms / ms})
     return rows
 
@@ -123,7 +155,10 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
     parser.add_argument("--points", default="1:32768,8:32768,32:102400", help="batch:ctx,...")
     parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--launch", default="", help="launch variants of every format, e.g. "
+                        "'block_n=128,num_warps=8;num_stages=3' (DecodeConfig fields changed from its default)")
     args = parser.parse_args()
+    launches = parse_launches(args.launch)
     if not torch.cuda.is_available():
         raise SystemExit("bench_formats.py needs a CUDA GPU.")
     formats = args.formats.split(",")
@@ -136,8 +171,9 @@ def main() -> None:
         shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d)
         for point in args.points.split(","):
             batch, ctx = (int(v) for v in point.split(":"))
-            rows += bench_point(shape, batch, ctx, formats, copy_tbs)
-            print("rows:", json.dumps(rows[-len(formats) - 1:]), flush=True)
+            point_rows = bench_point(shape, batch, ctx, formats, copy_tbs, launches)
+            rows += point_rows
+            print("rows:", json.dumps(point_rows), flush=True)
     device = torch.cuda.get_device_name()
     if os.environ.get("OUT"):
         payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,

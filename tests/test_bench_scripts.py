@@ -184,3 +184,15 @@ def test_write_sass_counts_the_clip_and_the_descent_issues_fewer_instructions_th
     for rotation in ("none", "bf16"):
         assert per_row[rotation, "no clip"] < per_row[rotation, "descend"] < per_row[rotation, "extract"]
         assert spills[rotation, "descend"] == 0
+
+
+def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypatch):
+    """`--launch` names DecodeConfig fields to change from a format's default launch; a typo ends the run."""
+    import pytest
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import parse_launches
+    assert parse_launches("block_n=128,num_warps=8;single_launch=true") == [
+        {"block_n": 128, "num_warps": 8}, {"single_launch": True}]
+    assert parse_launches("") == []
+    with pytest.raises(SystemExit, match="unknown DecodeConfig field 'blockn'"):
+        parse_launches("blockn=128")
