@@ -36,7 +36,7 @@ from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_b
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
-from kernels.turbo.decode import GPU_CONFIG as TURBO_GPU_CONFIG  # noqa: E402
+from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
            "kivi2_rowmajor": "kivi2"}
@@ -74,7 +74,7 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
 def default_launch(fmt: str, batch: int, shape: AttnShape, quantizer) -> DecodeConfig:
     """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
     if fmt == "turboquant_k3v3":
-        return TURBO_GPU_CONFIG
+        return turbo_gpu_config(shape.head_dim)
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
     small = is_small_grid(batch * shape.kv_heads, torch.cuda.get_device_properties(0).multi_processor_count)
     if fmt in LAUNCH_CHANGES:

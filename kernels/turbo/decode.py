@@ -17,6 +17,8 @@ On the GPU the dot operands are fp16 (fp32 accumulation); under TRITON_INTERPRET
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
@@ -30,7 +32,16 @@ from kernels.decode.reference import check_segments
 from kernels.dispatch import interpreter_forced
 from kernels.turbo.layout import TIGHT_BITS, part_shapes
 
-GPU_CONFIG = DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=2, merge_block=64)   # not tuned
+GPU_CONFIG = DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=2, merge_block=64)
+WIDE_TILE_MAX_D = 128   # head_dims that take 128-token tiles
+
+
+def gpu_config(head_dim: int) -> DecodeConfig:
+    """The GPU launch: 128-token tiles up to head_dim 128, 64 above. H100, K3V3, group 4, batch 1 and 8 at 32k
+    (`bench_formats.py --launch`, results/bench/bench_formats.md): 128 tokens took 0.157 -> 0.132 and 1.208 -> 1.028 ms
+    at head_dim 128, 0.073 -> 0.068 and 0.509 -> 0.450 ms at 64, and spilled at 256 (0.396 -> 6.494 ms); 8 warps,
+    32-token tiles and 1 or 3 stages were slower or even."""
+    return replace(GPU_CONFIG, block_n=128) if head_dim <= WIDE_TILE_MAX_D else GPU_CONFIG
 
 
 @triton.jit
@@ -179,7 +190,7 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
     q_heads, q_tokens, head_dim = q.shape[1:]
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    cfg = config or (GPU_CONFIG if on_gpu else default_config(head_dim, on_gpu=False))
+    cfg = config or (gpu_config(head_dim) if on_gpu else default_config(head_dim, on_gpu=False))
 
     def stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters):      # two launches: counters None
         _decode_stage1_turbo_kernel[grid](
