@@ -107,6 +107,8 @@ def parse_launches(text: str) -> list[dict]:
             name, _, value = item.partition("=")
             if name not in known:
                 raise SystemExit(f"--launch: unknown DecodeConfig field '{name}'; known: {', '.join(sorted(known))}.")
+            if value not in ("true", "false") and not value.lstrip("-").isdigit():
+                raise SystemExit(f"--launch: {name} needs an integer or true/false, got '{value}'.")
             changes[name] = value == "true" if value in ("true", "false") else int(value)
         variants.append(changes)
     return variants

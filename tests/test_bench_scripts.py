@@ -196,3 +196,5 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
     assert parse_launches("") == []
     with pytest.raises(SystemExit, match="unknown DecodeConfig field 'blockn'"):
         parse_launches("blockn=128")
+    with pytest.raises(SystemExit, match="block_n needs an integer or true/false, got '12x'"):
+        parse_launches("block_n=12x")
