@@ -3,14 +3,15 @@
     with fused_projections(model):      # harness.compiled_step.compiled_parts does this around each compiled step
         logits = model(input_ids=..., past_key_values=cache, ...).logits
 
-A batch-1 decode step's weight GEMMs are bound by reading the weights, and cuBLAS reads the three small q, k and v
-matrices (Qwen3-4B: 4096, 1024 and 1024 rows of 2560) at about half the bandwidth it reaches on the MLP's large
-ones (results/bench/step_kernels.md). On its first entry each attention's q, k and v weights (and biases) are
-concatenated once into one [N_q + N_k + N_v, hidden] tensor, and the three Linear modules' parameters become views
-of its row blocks: in-place updates (the seam folding R_V into v_proj, and restoring it) reach the fused tensor, and
-a CUDA graph captured over it keeps reading live memory, so the views stay after the block (a model saved later
-holds shared storage). Inside the block q_proj runs the fused GEMM and hands k_proj and v_proj their slices of its
-output for that same input; a call with any other input computes its own projection.
+A batch-1 decode step's weight GEMMs are bound by reading the weights, and cuBLAS read the three small q, k and v
+matrices (Qwen3-4B: 4096, 1024 and 1024 rows of 2560, 31.5 MB) as three 7.3 us kernels per layer (1.44 TB/s;
+results/bench/step_kernels.md); as one GEMM they take 13.8 us (results/bench/bench_throughput_fused_qkv.md). On its
+first entry each attention's q, k and v weights (and biases) are concatenated once into one [N_q + N_k + N_v,
+hidden] tensor, and the three Linear modules' parameters become views of its row blocks: in-place updates (the seam
+folding R_V into v_proj, and restoring it) reach the fused tensor, and a CUDA graph captured over it keeps reading
+live memory, so the views stay after the block (a model saved later holds shared storage). Inside the block q_proj
+runs the fused GEMM and hands k_proj and v_proj their slices of its output for that same input; a call with any
+other input computes its own projection.
 """
 from __future__ import annotations
 

@@ -324,9 +324,9 @@ class Seam:
             rotation = self.quantizer.for_layer(module.layer_idx, len(kinds)).value_rotation(module.layer_idx)
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
-        if not hasattr(self.quantizer, "build_cache"):
-            PADDING_FROM_CACHE.add(id(self.model.config))
         self.model.set_attn_implementation(ATTN_NAME)
+        if not hasattr(self.quantizer, "build_cache"):                 # last: nothing after it can fail unregistered
+            PADDING_FROM_CACHE.add(id(self.model.config))
         return self
 
     def remove(self) -> None:

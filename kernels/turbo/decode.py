@@ -40,7 +40,7 @@ def gpu_config(head_dim: int) -> DecodeConfig:
     """The GPU launch: 128-token tiles up to head_dim 128, 64 above. H100, K3V3, group 4, batch 1 and 8 at 32k
     (`bench_formats.py --launch`, results/bench/bench_formats.md): 128 tokens took 0.157 -> 0.132 and 1.208 -> 1.028 ms
     at head_dim 128, 0.073 -> 0.068 and 0.509 -> 0.450 ms at 64, and spilled at 256 (0.396 -> 6.494 ms); 8 warps,
-    32-token tiles and 1 or 3 stages were slower or even."""
+    32-token tiles and 1 or 3 stages were slower or within 3 %."""
     return replace(GPU_CONFIG, block_n=128) if head_dim <= WIDE_TILE_MAX_D else GPU_CONFIG
 
 
