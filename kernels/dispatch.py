@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 
 import torch
 
@@ -25,9 +24,3 @@ def use_triton(device: torch.device | str, mode: str = "auto") -> bool:
     if mode == "triton" and not runnable:
         raise ValueError(f"mode='triton' needs a CUDA device or TRITON_INTERPRET=1, got device {device}.")
     return mode != "reference" and runnable
-
-
-@lru_cache(maxsize=None)
-def sm_count(device_index: int) -> int:
-    """Streaming multiprocessors of CUDA device `device_index`."""
-    return torch.cuda.get_device_properties(device_index).multi_processor_count

@@ -9,9 +9,8 @@ Two caveats: the fused rotation is a tiled `tl.dot` (on the GPU with R's 16-bit 
 an fp32 R), so `x @ R` itself may differ from torch's in the last bits; and the Lloyd-Max mean and
 variance are sums whose order differs from torch's.
 
-Tiles: token axis `cdiv(T, BLOCK_T) x A` of BLOCK_T rows; channel axis (KIVI keys) `T // G x A` of one token
-group each; `A` is the product of the leading dims. The grid is one program per tile, or (`programs_per_sm`) a
-persistent grid whose programs stride over the tiles with the next tile's rows loaded while one is written.
+Grid: token axis `(cdiv(T, BLOCK_T), A)` with BLOCK_T rows per program; channel axis (KIVI keys)
+`(T // G, A)` with the G rows of one token group per program. `A` is the product of the leading dims.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dispatch import interpreter_forced, sm_count
+from kernels.dispatch import interpreter_forced
 from kernels.format import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
                             RANGE_FLOOR, QuantSpec)
 
@@ -254,17 +253,29 @@ def _pack(codes, BLOCK_T: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _quantize_store_tile(
-    x, rows, row_ok, cols, pid_t, pid_a, codes_ptr, scale_ptr, zero_ptr, lm_factor,
-    stride_ca, stride_ct, stride_sa, stride_st,
+def _quantize_pack_kernel(
+    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr,
+    n_tokens, lm_factor,
+    stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
     D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
-    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr, SCALE_KIND: tl.constexpr,
+    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
+    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
     BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
-    """Clip, quantize, pack and store one tile x [BLOCK_T, D] (fp32, rotated already) of sequence-head pid_a."""
+    pid_t = tl.program_id(0)
+    pid_a = tl.program_id(1).to(tl.int64)
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)                               # [BLOCK_T]
+    row_ok = rows < n_tokens
+    cols = tl.arange(0, D)
+    x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt               # [BLOCK_T, 1]
+    if ROTATE:
+        x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
+    else:
+        x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
         x = _clip_rows(x, CLIP_INDEX, CLIP_METHOD, SPARE_BITS)
+
     if CHANNEL:
         g = x                                                                    # [G, D]: one token group
         AXIS: tl.constexpr = 0
@@ -291,51 +302,6 @@ def _quantize_store_tile(
         meta = pid_a * stride_sa + rows[:, None] * stride_st + groups[None, :]   # [BLOCK_T, NG]
         tl.store(scale_ptr + meta, tl.reshape(scale, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
         tl.store(zero_ptr + meta, tl.reshape(zero, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
-
-
-@triton.jit
-def _quantize_pack_kernel(
-    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr,
-    n_tokens, n_tiles_t, n_tiles, lm_factor,
-    stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
-    D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
-    CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
-    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
-    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, STAGE_R: tl.constexpr,
-    SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr, STAGES: tl.constexpr,
-):
-    """Programs stride over the n_tiles = n_tiles_t x A tiles (one each when the grid is n_tiles); STAGE_R loads
-    R [D, D] once per program instead of in ROT_BLOCK slices per tile."""
-    cols = tl.arange(0, D)
-    if STAGE_R:
-        r_all = tl.load(r_ptr + cols[:, None] * D + cols[None, :])              # [D, D]
-        if ROT_FP32:
-            r_all = r_all.to(tl.float32)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
-        pid_a = (tile // n_tiles_t).to(tl.int64)
-        pid_t = tile % n_tiles_t
-        rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)                           # [BLOCK_T]
-        row_ok = rows < n_tokens
-        x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt           # [BLOCK_T, 1]
-        if STAGE_R:
-            x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0)  # [BLOCK_T, D]
-            x = tl.dot(x.to(r_all.dtype), r_all)
-        elif ROTATE:
-            x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
-        else:
-            x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
-        _quantize_store_tile(x, rows, row_ok, cols, pid_t, pid_a, codes_ptr, scale_ptr, zero_ptr, lm_factor,
-                             stride_ca, stride_ct, stride_sa, stride_st, D, BITS, MAX_CODE, GROUP, CHANNEL,
-                             VARIANT, CLIP, CLIP_INDEX, CLIP_METHOD, SPARE_BITS, SCALE_KIND, BLOCK_T, FAST_DIV)
-
-
-def _write_programs(n_tiles: int, programs_per_sm: int, device: torch.device, interpret: bool) -> int:
-    """Programs of a launch: one per tile, or programs_per_sm per SM (one under the interpreter) striding over them."""
-    if programs_per_sm <= 0:
-        return n_tiles
-    if interpret:
-        return 1
-    return min(n_tiles, programs_per_sm * sm_count(device.index or 0))
 
 
 def _is_pow2(n: int) -> bool:
@@ -432,47 +398,33 @@ def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, ro
     return "distinct" if not rotate and SPARE_LOW_BITS[x_dtype] else "descend"
 
 
-def default_write_programs(spec: QuantSpec, rotate: bool, tokens: int) -> tuple[int, int]:
-    """(programs_per_sm, stages) of a launch: 0 is one program per tile (stages 1). A rotated bulk write (64-row
-    tiles) strides 2 programs per SM over its tiles with 3 stages, R staged once per program: H100, [16, 8, 4096,
-    128] bf16 (bench_kernels.py --write-tiles 64x4p2s3), rotation alone 0.121 -> 0.091 ms, clip + rotation
-    0.174 -> 0.164 ms; the writes without a rotation were slower striding (int2 0.087 -> 0.096 ms at best)."""
-    if rotate and spec.axis == "token" and tokens >= 64:
-        return 2, 3
-    return 0, 1
-
-
 def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool, rotation_fp32: bool,
                      interpret: bool, block_t: int | None = None, clip_method: str | None = None,
-                     tokens: int | None = None, persistent: bool = False, stages: int = 1) -> dict:
+                     tokens: int | None = None) -> dict:
     """The constexpr arguments of `_quantize_pack_kernel` for one launch (block_t None: `default_write_tile` for
-    `tokens` rows per (sequence, head); a channel-axis program is always one token group). A persistent launch
-    with 64-row tiles stages R once per program."""
+    `tokens` rows per (sequence, head); a channel-axis program is always one token group)."""
     clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype, rotate)
     if clip_method not in CLIP_METHODS:
         raise ValueError(f"clip_method must be one of {CLIP_METHODS}, got {clip_method!r}.")
-    block_t = (spec.group if spec.axis == "channel"
-               else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0])
     return dict(D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
                 CHANNEL=spec.axis == "channel", VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None,
                 CLIP_INDEX=clip_index(head_dim, spec), CLIP_METHOD=CLIP_METHODS.index(clip_method),
                 SPARE_BITS=0 if rotate else SPARE_LOW_BITS[x_dtype],
                 ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=32,
-                STAGE_R=rotate and persistent and block_t >= 64,
-                SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t, FAST_DIV=not interpret,
-                STAGES=stages if persistent else 1)
+                SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype],
+                BLOCK_T=(spec.group if spec.axis == "channel"
+                         else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0]),
+                FAST_DIV=not interpret)
 
 
 def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None,
-                  block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None,
-                  programs_per_sm: int | None = None, stages: int | None = None):
+                  block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None):
     """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
 
     codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
     `out=(codes, scale, zero)` writes into preallocated (possibly strided) views, e.g. cache slices.
     block_t (token axis, a power of two) and num_warps override `default_write_tile`, clip_method (one of
-    CLIP_METHODS) `default_clip_method`, programs_per_sm (0: one program per tile; under the interpreter one
-    program in all) and stages `default_write_programs`: benchmark knobs that never change the result.
+    CLIP_METHODS) `default_clip_method`: benchmark knobs that never change the result.
     """
     _check_inputs(x, spec, rotation)
     codes, scale, zero = _allocate_or_check(x, spec, out)
@@ -487,19 +439,14 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
         return codes, scale, zero
     num_warps = num_warps or default_write_tile(head_dim, spec, rotation is not None, tokens)[1]
     interpret = interpreter_forced() or not x.is_cuda
-    default_programs, default_stages = default_write_programs(spec, rotation is not None, tokens)
-    programs_per_sm = default_programs if programs_per_sm is None else programs_per_sm
     rot = rotation.contiguous() if rotation is not None else x3
     constants = launch_constants(head_dim, spec, x.dtype, rotate=rotation is not None,
                                  rotation_fp32=rot.dtype == torch.float32, interpret=interpret, block_t=block_t,
-                                 clip_method=clip_method, tokens=tokens, persistent=programs_per_sm > 0,
-                                 stages=stages or default_stages)
+                                 clip_method=clip_method, tokens=tokens)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
-    n_tiles_t = triton.cdiv(tokens, constants["BLOCK_T"])
-    n_tiles = n_tiles_t * x3.shape[0]
-    grid = (_write_programs(n_tiles, programs_per_sm, x.device, interpret),)
+    grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
     _quantize_pack_kernel[grid](
-        x3, rot, c3, s3, z3, tokens, n_tiles_t, n_tiles, lm_factor,
+        x3, rot, c3, s3, z3, tokens, lm_factor,
         x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
         **constants, num_warps=num_warps, enable_fp_fusion=False,
     )

@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -174,11 +173,11 @@ def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) 
     return batch * shape.kv_heads * per_head + 2 * batch * shape.q_heads * d * 2
 
 
-def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None, None, None),),
+def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),),
                 clip_methods: tuple = (None,)) -> list[dict]:
     """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with a bf16 rotation, with both;
-    each with every launch (block_t, num_warps, programs_per_sm, stages) of `tiles` (None: the default), the
-    clipped ones also with every method of `clip_methods` (None: `kernels.quant.default_clip_method`)."""
+    each with every (block_t, num_warps) of `tiles` (None: the default tile), the clipped ones also with every
+    method of `clip_methods` (None: `kernels.quant.default_clip_method`)."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
     rows = []
     variants = (("int2", QuantSpec(bits=2, group=128), None),
@@ -187,13 +186,13 @@ def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None,
                 ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
                 ("int4 g32", QuantSpec(bits=4, group=32), None))
     points = [(v, t, m) for v in variants for m in (clip_methods if v[1].clip_ratio else (None,)) for t in tiles]
-    for (label, spec, rot), launch, method in points:
+    for (label, spec, rot), (block_t, warps), method in points:
         label += "" if method is None else f" {method}"
-        label += "" if launch[0] is None else " " + launch_label(*launch)
+        label += "" if block_t is None else f" block_t={block_t} warps={warps}"
 
-        def call(_, spec=spec, rot=rot, launch=launch, method=method):
+        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps, method=method):
             x = torch.randn(batch, KV_HEADS, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            kw = launch_kwargs(launch, method)
+            kw = dict(block_t=block_t, num_warps=warps, clip_method=method)
             out = quantize_pack(x, spec, rot, **kw)
             return lambda: quantize_pack(x, spec, rot, out=out, **kw)
 
@@ -204,25 +203,6 @@ def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None,
         rows.append({"what": label, "shape": [batch, KV_HEADS, tokens, HEAD_DIM], "ms": ms, "tbs": tbs,
                      "of_copy": tbs / copy_tbs})
     return rows
-
-
-def launch_kwargs(launch: tuple, method: str | None) -> dict:
-    """quantize_pack's knobs for a (block_t, num_warps, programs_per_sm, stages) launch and a clip method."""
-    return dict(zip(("block_t", "num_warps", "programs_per_sm", "stages"), launch), clip_method=method)
-
-
-def launch_label(block_t, warps, programs_per_sm=None, stages=None) -> str:
-    label = f"block_t={block_t} warps={warps}"
-    label += "" if programs_per_sm is None else f" programs/SM={programs_per_sm}"
-    return label + ("" if stages is None else f" stages={stages}")
-
-
-def parse_write_tile(text: str) -> tuple[int, int, int | None, int | None]:
-    """'64x4' -> (64, 4, None, None); '64x4p2s3' -> (64, 4, 2, 3): block_t, num_warps, programs_per_sm, stages."""
-    match = re.fullmatch(r"(\d+)x(\d+)(?:p(\d+)(?:s(\d+))?)?", text)
-    if match is None:
-        raise SystemExit(f"--write-tiles entry {text!r} is not BLOCKxWARPS[pPROGRAMS[sSTAGES]], e.g. 64x4p2s3.")
-    return tuple(int(v) if v is not None else None for v in match.groups())
 
 
 def check_write_variants(tiles: tuple, clip_methods: tuple) -> list[str]:
@@ -238,11 +218,10 @@ def check_write_variants(tiles: tuple, clip_methods: tuple) -> list[str]:
     failures = []
     for x, rot in ((noise, None), (quarters, None), (quarters, hadamard.bfloat16())):
         ref = quantize_pack_reference(x, spec, rot)
-        for launch, method in [(t, m) for t in tiles for m in clip_methods]:
-            kw = launch_kwargs(launch, method)
-            got = quantize_pack(x, spec, rot, **kw)
+        for (block_t, warps), method in [(t, m) for t in tiles for m in clip_methods]:
+            got = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps, clip_method=method)
             if not all(torch.equal(a, b) for a, b in zip(got, ref)):
-                failures.append(f"quantize_pack clip {method} {launch_label(*launch)} "
+                failures.append(f"quantize_pack clip {method} block_t={block_t} warps={warps} "
                                 f"rotation={rot is not None}: not bit-exact")
     return failures
 
@@ -309,9 +288,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
     parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
-    parser.add_argument("--write-tiles", default="",
-                        help="extra write-path launches, e.g. 32x4,64x4p2s3 (block_t x warps, optionally p programs "
-                             "per SM striding over the tiles and s pipeline stages; p0: one program per tile)")
+    parser.add_argument("--write-tiles", default="", help="extra write-path tiles, e.g. 32x4,64x8 (block_t x warps)")
     parser.add_argument("--clip-methods", default="",
                         help="write-path clip methods to compare, e.g. extract,descend,distinct (CLIP_METHODS)")
     parser.add_argument("--write-only", action="store_true", help="skip the decode points (write path only)")
@@ -319,7 +296,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU.")
     device = torch.cuda.get_device_name()
-    tiles = ((None, None, None, None), *(parse_write_tile(t) for t in args.write_tiles.split(",") if t))
+    tiles = ((None, None), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
     clip_methods = tuple(args.clip_methods.split(",")) if args.clip_methods else (None,)
     failures = [] if args.skip_check else check_write_variants(tiles, clip_methods)
     failures += [] if args.skip_check or args.write_only else check_correctness()

@@ -198,15 +198,3 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("blockn=128")
     with pytest.raises(SystemExit, match="block_n needs an integer or true/false, got '12x'"):
         parse_launches("block_n=12x")
-
-
-def test_bench_kernels_write_launches_parse_and_refuse_a_malformed_one(monkeypatch):
-    """`--write-tiles` entries: BLOCKxWARPS with optional programs per SM and stages; anything else ends the run."""
-    import pytest
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    from bench_kernels import parse_write_tile
-    assert parse_write_tile("64x4") == (64, 4, None, None)
-    assert parse_write_tile("64x4p2s3") == (64, 4, 2, 3)
-    assert parse_write_tile("8x1p0") == (8, 1, 0, None)
-    with pytest.raises(SystemExit, match="is not BLOCKxWARPS"):
-        parse_write_tile("64x4s3")

@@ -241,29 +241,3 @@ def test_rotated_writes_match_the_reference_at_both_tiles(tokens):
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE))
     _assert_identical(got, quantize_pack_reference(x @ rotation, spec))
-
-
-@pytest.mark.parametrize("rotate", [False, True])
-def test_persistent_programs_write_the_tiles_of_every_head(rotate):
-    """Programs striding over the tiles (under the interpreter one program writes them all; with a rotation at
-    64-row tiles it stages R once): every head's tiles, the tails included, as the reference and as one program
-    per tile."""
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randint(-8, 8, (2, 3, 150, 128), generator=gen).float() / 4      # quarter integers: exact sums
-    rotation = torch.ones(1, 1)
-    while rotation.shape[0] < 128:                                              # +-1 Sylvester Hadamard
-        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
-    rotation = rotation if rotate else None
-    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
-    want = quantize_pack_reference(x if rotation is None else x @ rotation, spec)
-    device_rotation = None if rotation is None else rotation.to(DEVICE)
-    for launch in (dict(programs_per_sm=0), dict(programs_per_sm=1, stages=2, block_t=64, num_warps=4),
-                   dict(programs_per_sm=2, stages=3)):
-        _assert_identical(quantize_pack(x.to(DEVICE), spec, device_rotation, **launch), want)
-
-
-def test_persistent_programs_write_channel_groups():
-    spec = QuantSpec(bits=2, group=32, axis="channel")
-    x = torch.randn(2, 3, 96, 64, generator=torch.Generator().manual_seed(4))
-    _assert_identical(quantize_pack(x.to(DEVICE), spec, programs_per_sm=1, stages=2),
-                      quantize_pack_reference(x, spec))

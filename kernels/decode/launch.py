@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 import triton
@@ -12,7 +13,7 @@ from kernels.decode.common import CHANNEL, HEAD_DIMS, LOG2E, MAX_ROWS, ROW_BLOCK
 from kernels.decode.merge import _decode_stage2_kernel
 from kernels.decode.reference import check_decode_inputs
 from kernels.decode.stage1 import _decode_stage1_kernel
-from kernels.dispatch import interpreter_forced, sm_count
+from kernels.dispatch import interpreter_forced
 from kernels.format import QuantSpec
 
 @dataclass(frozen=True)
@@ -110,10 +111,15 @@ def launch_config(head_dim: int, on_gpu: bool, small_grid: bool, k_spec: QuantSp
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def _split_target(cfg: DecodeConfig, units: int, device: torch.device) -> int:
     """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs
     (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes)."""
-    sms = sm_count(device.index or 0)
+    sms = _sm_count(device.index or 0)
     per_sm = cfg.programs_per_sm if units < sms else max(1, cfg.programs_per_sm // 2)
     return per_sm * sms
 
@@ -284,7 +290,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    small_grid = on_gpu and is_small_grid(batch * kv_heads, sm_count(q.device.index or 0))
+    small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
     cfg = config or launch_config(head_dim, on_gpu, small_grid, k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)

@@ -7,9 +7,9 @@ No GPU needed: Triton's bundled ptxas, nvdisasm and cuobjdump do the work (helpe
     python scripts/dev/write_sass.py --tiles 8x1,16x1,16x2 --methods extract,descend
 
 The kernel is specialized as `scripts/bench_kernels.py`'s [16, 8, 4096, 128] bf16 write-path call specializes it
-(pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants), one program per
-tile: its tile loop runs once (one program quantizes block_t rows), so the static instruction count is what each
-of its warps issues once; "per row" multiplies by the warps and divides by block_t. Prints a Markdown table: registers, local-memory
+(pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The kernel has
+no loop (one program quantizes block_t rows), so its static instruction count is what each of its warps issues
+once; "per row" multiplies by the warps and divides by block_t. Prints a Markdown table: registers, local-memory
 spills (LDL/STL), instructions per program and per row, the leading opcodes, and the shared-memory accesses and
 block barriers by full opcode.
 """
@@ -40,11 +40,10 @@ POINTER_TYPES = {"x_ptr": "*bf16", "r_ptr": "*bf16", "codes_ptr": "*u8", "scale_
 LOCAL_MEMORY = ("LDL", "STL")
 
 
-def runtime_arguments(block_t: int) -> dict:
+def runtime_arguments() -> dict:
     """Scalar arguments of the bench's launch ([16, 8, 4096, 128] bf16 x, contiguous codes / scale / zero)."""
     nb, groups = HEAD_DIM * SPEC.container_bits // 8, HEAD_DIM // SPEC.group
-    n_tiles_t = TOKENS // block_t
-    return dict(n_tokens=TOKENS, n_tiles_t=n_tiles_t, n_tiles=BATCH * KV_HEADS * n_tiles_t, lm_factor=1.0, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
+    return dict(n_tokens=TOKENS, lm_factor=1.0, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
                 stride_ca=TOKENS * nb, stride_ct=nb, stride_sa=TOKENS * groups, stride_st=groups)
 
 
@@ -55,7 +54,7 @@ def compile_write(rotate: bool, block_t: int, num_warps: int, clip_method: str):
                                   block_t=block_t,
                                   clip_method=None if clip_method == NO_CLIP else clip_method)
     options = dict(num_warps=num_warps, enable_fp_fusion=False)
-    return compile_for_h100(_quantize_pack_kernel, constexprs, runtime_arguments(block_t), POINTER_TYPES, options)
+    return compile_for_h100(_quantize_pack_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
 
 
 def variants(tiles: list[tuple[int, int]], methods: list[str]) -> list[tuple[bool, int, int, str]]:
