@@ -70,8 +70,9 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     vb = tl.arange(0, VB)
     first = start - start % BLOCK_W
     v_meta = _group_meta(vs_ptr, vz_ptr, first + sub, first + sub < end, stride_vsn, VG)
-    groups = first // BLOCK_W + tl.arange(0, WARPS)                                   # [WARPS]
-    k_meta = _channel_meta(ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn, KP, KB)
+    if D >= KEY_META_AHEAD_MIN_D:                                                   # the first tile's, ahead
+        groups = first // BLOCK_W + tl.arange(0, WARPS)                               # [WARPS]
+        k_ahead = _channel_meta(ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn, KP, KB)
     for n0 in range(first, end, BLOCK_N):
         offs_n = n0 + sub
         stored = offs_n < end
@@ -79,11 +80,11 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
         groups = n0 // BLOCK_W + tl.arange(0, WARPS)                                 # [WARPS]
         if D >= KEY_META_AHEAD_MIN_D:
-            k_next = _channel_meta(ks_ptr, kz_ptr, groups + WARPS, (groups + WARPS) * BLOCK_W < end, stride_ksn,
-                                   KP, KB)
+            k_meta = k_ahead
+            k_ahead = _channel_meta(ks_ptr, kz_ptr, groups + WARPS, (groups + WARPS) * BLOCK_W < end, stride_ksn,
+                                    KP, KB)
         else:                                                                        # this tile's, loaded here
             k_meta = _channel_meta(ks_ptr, kz_ptr, groups, groups * BLOCK_W < end, stride_ksn, KP, KB)
-            k_next = k_meta
         packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=stored[:, :, None],
                          other=0)                                                    # [WARPS, BLOCK_W, KB]
         for f in tl.static_range(KP - 1, -1, -1):
@@ -101,5 +102,5 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=stored[:, None, :],
                          other=0)                                                    # [WARPS, VB, BLOCK_W]
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
-        v_meta, k_meta = v_next, k_next
+        v_meta = v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
