@@ -10,8 +10,9 @@ mean, an rsqrt and two products; RoPE rotates half of q and of k with a slice, a
 three products; the MLP multiplies SiLU(gate) by up. Inside the block, the forward of every RMSNorm and MLP module
 and the modeling module's `apply_rotary_pos_emb` are swapped for torch.compile'd ones (inductor, mode "default":
 it adds no CUDA graph of its own, since DecodeStep captures the whole step), so each of them is one fused kernel
-(the MLP: its GEMMs plus one), the same for BF16 and every quantizer; and each attention's q, k and v
-projections run as one GEMM over their concatenated weights (harness.fused_projections). The attention path (the
+(the MLP: its GEMMs plus one), the same for BF16 and every quantizer; each attention's q, k and v projections,
+and each gated MLP's gate and up projections, run as one GEMM over their concatenated weights
+(harness.fused_projections). The attention path (the
 cache's write, the quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled
 pieces as it does without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
 
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
-from harness.fused_projections import fused_projections
+from harness.fused_projections import compiled_forward, fused_projections
 
 COMPILE_MODE = "default"                      # not reduce-overhead: the captured step is already one CUDA graph
 COMPILED_CLASS_SUFFIXES = ("RMSNorm", "MLP")  # Qwen3RMSNorm, LlamaMLP, Gemma3RMSNorm, ...: pure tensor functions
@@ -73,12 +74,12 @@ def compile_step_refusal(model) -> str | None:
 
 @contextmanager
 def compiled_parts(model):
-    """Inside: the model's RMSNorms, MLPs and RoPE run compiled and each attention's q, k and v projections as one
-    GEMM (harness.fused_projections; see the module docstring); restored after."""
+    """Inside: the model's RMSNorms, MLPs (gate and up as one GEMM) and RoPE run compiled and each attention's q, k
+    and v projections as one GEMM (harness.fused_projections; see the module docstring); restored after."""
     modules, namespaces = compilable_modules(model), rope_namespaces(model)
     stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in namespaces}
     for module in modules:
-        module.forward = types.MethodType(_compiled(type(module).forward), module)
+        module.forward = types.MethodType(_compiled(compiled_forward(module)), module)
     for space, rope in stock_rope.items():
         setattr(space, ROPE_FUNCTION, _compiled(rope))
     try:

@@ -1,7 +1,9 @@
-"""One GEMM for each attention's q, k and v projections in a compiled decode step (the same for every method).
+"""One GEMM for each attention's q, k and v projections, and one for each gated MLP's gate and up projections, in a
+compiled decode step (the same for every method).
 
     with fused_projections(model):      # harness.compiled_step.compiled_parts does this around each compiled step
         logits = model(input_ids=..., past_key_values=cache, ...).logits
+    forward = compiled_forward(mlp)     # what compiled_parts compiles for an MLP (or RMSNorm) module
 
 A batch-1 decode step's weight GEMMs are bound by reading the weights, and cuBLAS read the three small q, k and v
 matrices (Qwen3-4B: 4096, 1024 and 1024 rows of 2560, 31.5 MB) as three 7.3 us kernels per layer (1.44 TB/s;
@@ -11,37 +13,47 @@ hidden] tensor, and the three Linear modules' parameters become views of its row
 folding R_V into v_proj, and restoring it) reach the fused tensor, and a CUDA graph captured over it keeps reading
 live memory, so the views stay after the block (a model saved later holds shared storage). Inside the block q_proj
 runs the fused GEMM and hands k_proj and v_proj their slices of its output for that same input; a call with any
-other input computes its own projection.
+other input computes its own projection. A gated MLP (transformers' `down(act(gate(x)) * up(x))`, the class forward
+of Llama, Qwen, Mistral and Gemma MLPs, checked by its source) is compiled with `fused_gated_mlp_forward` instead,
+which computes gate and up as one GEMM over their fused weight, built and kept the same way.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
-FUSED = "_kvq_fused_qkv"       # attribute of an attention module: its (fused weight, fused bias or None)
+GATE_UP = ("gate_proj", "up_proj")
+FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}  # module attribute: (weight, bias or None)
+_GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
+STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
+                    f"defforward(self,x):return{_GATED}")                       # whitespace removed
 
 
-def fusable(module: torch.nn.Module) -> bool:
-    """Plain Linear q, k and v projections (no forward of their own instance, e.g. an offloading hook) on one
+def fusable(module: torch.nn.Module, names: tuple[str, ...] = PROJECTIONS) -> bool:
+    """Plain Linear projections `names` (no forward of their own instance, e.g. an offloading hook) on one
     device, in one dtype, over one input width, all with or all without a bias."""
-    projections = [getattr(module, name, None) for name in PROJECTIONS]
+    projections = [getattr(module, name, None) for name in names]
     if not all(type(p) is torch.nn.Linear and "forward" not in vars(p) for p in projections):
         return False
     kinds = {(p.weight.device, p.weight.dtype, p.in_features, p.bias is None) for p in projections}
     return len(kinds) == 1 and not projections[0].weight.is_meta
 
 
-def fused_parameters(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The fused weight [N_q + N_k + N_v, hidden] (and bias [N]) whose row blocks the projections' parameters are
-    views of: built on first use, and again if a parameter was since replaced rather than updated in place."""
-    projections = [getattr(module, name) for name in PROJECTIONS]
-    held = getattr(module, FUSED, None)
+def fused_parameters(module: torch.nn.Module, names: tuple[str, ...] = PROJECTIONS
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The fused weight [N_q + N_k + N_v, hidden] (or [N_gate + N_up, hidden]; and bias [N]) whose row blocks the
+    projections' parameters are views of: built on first use, and again if a parameter was since replaced rather
+    than updated in place."""
+    projections = [getattr(module, name) for name in names]
+    held = getattr(module, FUSED[names], None)
     if held is None or not _still_views(held, projections):
         held = _fuse(projections)
-        setattr(module, FUSED, held)
+        setattr(module, FUSED[names], held)
     return held
 
 
@@ -70,9 +82,41 @@ def _still_views(held, projections) -> bool:
     return row == weight.shape[0]
 
 
+@functools.cache
+def _source_without_spaces(fn) -> str:
+    try:
+        return "".join(inspect.getsource(fn).split())
+    except (OSError, TypeError):
+        return ""
+
+
+def gated_mlp(module: torch.nn.Module) -> bool:
+    """A module whose class forward is transformers' gated MLP, down(act(gate(x)) * up(x)), over fusable gate and
+    up projections (and no forward of its own instance)."""
+    return ("forward" not in vars(module) and fusable(module, GATE_UP)
+            and _source_without_spaces(type(module).forward) in STOCK_GATED_MLPS)
+
+
+def fused_gated_mlp_forward(self, x):
+    """The gated MLP with gate and up as one GEMM over their fused weight (`fused_parameters(self, GATE_UP)` must
+    have run): x [..., hidden] -> [..., hidden]."""
+    weight, bias = getattr(self, FUSED[GATE_UP])
+    gate, up = F.linear(x, weight, bias).split([self.gate_proj.out_features, self.up_proj.out_features], dim=-1)
+    return self.down_proj(self.act_fn(gate) * up)
+
+
+def compiled_forward(module: torch.nn.Module):
+    """The function harness.compiled_step compiles for an RMSNorm or MLP module: `fused_gated_mlp_forward` for a
+    gated MLP (its fused weight made ready here, outside the compiled code), else the class's forward."""
+    if gated_mlp(module):
+        fused_parameters(module, GATE_UP)
+        return fused_gated_mlp_forward
+    return type(module).forward
+
+
 def _route(module: torch.nn.Module) -> None:
     """q_proj computes all three projections; k_proj and v_proj take their slices for the same input."""
-    weight, bias = fused_parameters(module)
+    weight, bias = fused_parameters(module, PROJECTIONS)
     q_proj, k_proj, v_proj = (getattr(module, name) for name in PROJECTIONS)
     widths = [q_proj.out_features, k_proj.out_features, v_proj.out_features]
     handed: dict = {}
@@ -101,7 +145,7 @@ def _route(module: torch.nn.Module) -> None:
 def fused_projections(model: torch.nn.Module):
     """Inside: every fusable attention's q, k and v projections run as one GEMM (module docstring); the stock
     forwards again after (the parameters stay views of the fused tensors)."""
-    modules = [m for m in model.modules() if fusable(m)]
+    modules = [m for m in model.modules() if fusable(m, PROJECTIONS)]
     for module in modules:
         _route(module)
     try:

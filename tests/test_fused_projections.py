@@ -1,7 +1,8 @@
-"""The compiled step's fused q/k/v projections (harness.fused_projections) against the three separate ones."""
+"""The compiled step's fused q/k/v and gate/up projections (harness.fused_projections) against the separate ones."""
 import torch
 
-from harness.fused_projections import FUSED, PROJECTIONS, fusable, fused_parameters, fused_projections
+from harness.fused_projections import (FUSED, GATE_UP, PROJECTIONS, compiled_forward, fusable,
+                                       fused_gated_mlp_forward, fused_parameters, fused_projections, gated_mlp)
 from harness.quantizer import build_quantizer
 from harness.seam import install
 
@@ -29,7 +30,7 @@ def test_one_gemm_gives_the_three_projections_and_leaves_views(tiny, monkeypatch
     for a, b in zip(fused + [other], expected + [expected_other]):
         torch.testing.assert_close(a, b)
     assert not any("forward" in vars(getattr(attention, name)) for name in PROJECTIONS)
-    weight, _ = getattr(attention, FUSED)
+    weight, _ = getattr(attention, FUSED[PROJECTIONS])
     assert attention.v_proj.weight.data_ptr() == weight[-attention.v_proj.out_features:].data_ptr()
     for a, b in zip(_projections(attention, x), expected):
         torch.testing.assert_close(a, b)
@@ -47,13 +48,13 @@ def test_in_place_updates_reach_the_fused_weight_and_replacements_rebuild_it(tin
         expected = _projections(attention, x)
         with fused_projections(model):
             torch.testing.assert_close(_projections(attention, x)[2], expected[2])
-    first = getattr(attention, FUSED)[0]
+    first = getattr(attention, FUSED[PROJECTIONS])[0]
     attention.k_proj.weight.data = attention.k_proj.weight.data.clone() * 2
     expected = _projections(attention, x)
     with fused_projections(model):
         torch.testing.assert_close(_projections(attention, x)[1], expected[1])
-    assert getattr(attention, FUSED)[0].data_ptr() != first.data_ptr()
-    assert fused_parameters(attention)[0].data_ptr() == getattr(attention, FUSED)[0].data_ptr()
+    assert getattr(attention, FUSED[PROJECTIONS])[0].data_ptr() != first.data_ptr()
+    assert fused_parameters(attention)[0].data_ptr() == getattr(attention, FUSED[PROJECTIONS])[0].data_ptr()
 
 
 def test_only_plain_linear_projections_of_one_kind_are_fused(tiny):
@@ -66,3 +67,41 @@ def test_only_plain_linear_projections_of_one_kind_are_fused(tiny):
     attention.v_proj.to(torch.float64)
     assert not fusable(attention)
     assert not fusable(model.model.layers[0].mlp)
+
+
+def test_gated_mlps_compute_gate_and_up_as_one_gemm(tiny, monkeypatch):
+    """Every gated MLP of Qwen3, Llama and Gemma 3 is recognised; its fused forward runs one GEMM for gate and up
+    (then down_proj's) and gives the stock output; the projections' weights become views of the fused one."""
+    for name in ("qwen3", "llama", "gemma3"):
+        model = tiny(name)[0]
+        mlp = model.model.layers[0].mlp
+        assert gated_mlp(mlp) and compiled_forward(mlp) is fused_gated_mlp_forward
+        x = torch.randn(2, 3, model.config.hidden_size)                        # [B, T, hidden]
+        expected = mlp(x)
+        gemms, linear = [], torch.nn.functional.linear
+        monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: gemms.append(a[1].shape) or linear(*a))
+        got = fused_gated_mlp_forward(mlp, x)
+        monkeypatch.undo()
+        torch.testing.assert_close(got, expected)
+        rows = mlp.gate_proj.out_features + mlp.up_proj.out_features
+        assert gemms == [(rows, x.shape[-1]), tuple(mlp.down_proj.weight.shape)]
+        weight, _ = getattr(mlp, FUSED[GATE_UP])
+        assert mlp.up_proj.weight.data_ptr() == weight[mlp.gate_proj.out_features:].data_ptr()
+
+
+def test_other_mlps_keep_their_class_forward(tiny):
+    """A different forward (a subclass's, or one of the instance) or an unfusable projection is compiled as it is."""
+    model = tiny("qwen3")[0]
+    mlp = model.model.layers[0].mlp
+
+    class Scaled(type(mlp)):
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x)) * 2
+
+    mlp.__class__ = Scaled
+    assert not gated_mlp(mlp) and compiled_forward(mlp) is Scaled.forward
+    mlp.__class__ = Scaled.__mro__[1]
+    assert gated_mlp(mlp)
+    mlp.up_proj.to(torch.float64)
+    assert not gated_mlp(mlp)
+    assert compiled_forward(model.model.norm) is type(model.model.norm).forward
