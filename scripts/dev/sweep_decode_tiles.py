@@ -15,6 +15,8 @@ reference (a wrong unpack shows as a large error).
         # split count against merge cost between 1k and 64k (DecodeConfig.tile_merge_ratio)
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:32768,1:102400,2:102400 --grid long1
         # small-grid tiles at long histories (batch 1-2): tile length, pipeline depth, split density
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:102400,2:102400 --grid long1_narrow
+        # the same with 64-token tiles, deeper pipelines and 2-warp programs
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -71,6 +73,12 @@ GRIDS = {
               {"block_n": 256, "num_warps": 8, "programs_per_sm": 2}, {"block_n": 256, "num_warps": 8, "programs_per_sm": 3},
               {"block_n": 512, "num_warps": 16, "programs_per_sm": 1}, {"block_n": 256, "num_warps": 8, "programs_per_sm": 2,
                                                                          "num_stages": 3}],
+    "long1_narrow": [{}, {"block_n": 64}, {"block_n": 64, "num_stages": 3}, {"block_n": 64, "num_stages": 4},
+                     {"block_n": 64, "num_stages": 4, "maxnreg": None}, {"block_n": 64, "num_stages": 3,
+                                                                         "programs_per_sm": 8},
+                     {"num_warps": 2}, {"num_warps": 2, "num_stages": 3}, {"num_warps": 2, "programs_per_sm": 8},
+                     {"maxnreg": None}, {"maxnreg": None, "num_stages": 3}, {"tile_merge_ratio": 0},
+                     {"block_n": 64, "num_stages": 4, "tile_merge_ratio": 0}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
 }
