@@ -27,6 +27,7 @@ import torch
 
 from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
 from harness.compiled_step import compile_step_refusal, compiled_parts
+from harness.segmented_graph import SegmentedGraph
 
 
 class DeviceLengths(NamedTuple):
@@ -83,9 +84,14 @@ class StaticState:
 
     def advance(self) -> None:
         """The device half of one step (captured with the forward): one more fp row per sequence."""
-        for mirror in self.mirrors.values():
-            mirror.fp_len.add_(1)
-            mirror.write_pos.add_(1)
+        for device in self.mirrors:
+            self.advance_on(device)
+
+    def advance_on(self, device) -> None:
+        """`advance` for the mirror on one device (a segmented capture advances each in its own segment)."""
+        mirror = self.mirrors[str(device)]
+        mirror.fp_len.add_(1)
+        mirror.write_pos.add_(1)
 
     def stepped(self) -> None:
         """The host half of one step, after the forward ran (or was replayed)."""
@@ -190,7 +196,8 @@ def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> 
 
 
 class DecodeStep:
-    """One decode step over a frozen cache: eager, or (graph=True, CUDA) captured once and replayed.
+    """One decode step over a frozen cache: eager, or (graph=True, CUDA) captured once and replayed (a model split
+    over several GPUs as one graph per GPU, harness.segmented_graph).
 
     The first call runs eagerly (on a side stream when capturing: it compiles the kernels and warms the
     allocator), the second captures the step and replays it, every later call only replays. The returned
@@ -199,14 +206,17 @@ class DecodeStep:
     """
 
     def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False):
-        if graph and len(state.mirrors) > 1:
-            raise ValueError(f"a CUDA graph captures one device, and this frozen cache spans "
-                             f"{', '.join(state.mirrors)}; decode it with graph=False (eager steps).")
-        if graph and not torch.cuda.is_available():
-            raise ValueError("CUDA-graph decode needs a CUDA device.")
+        if compile_step and state is not None and len(state.mirrors) > 1:
+            raise ValueError(f"compile_step runs on one GPU, and this frozen cache spans {', '.join(state.mirrors)}; "
+                             f"decode it with compile_step off.")
         refusal = compile_step_refusal(model) if compile_step else None
         if refusal:
             raise ValueError(refusal)
+        if graph and not all(device.startswith("cuda") for device in state.mirrors):
+            raise ValueError(f"CUDA-graph decode needs the frozen cache on CUDA devices, got "
+                             f"{', '.join(state.mirrors)}; decode it with graph=False (eager steps).")
+        if graph and not torch.cuda.is_available():
+            raise ValueError("CUDA-graph decode needs a CUDA device.")
         self.model, self.cache, self.state, self.graph = model, cache, state, graph
         self.compile_step = compile_step
         batch, device = state.batch, state.hist_len.device
@@ -214,6 +224,7 @@ class DecodeStep:
         self.position_ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
         self.calls, self.cuda_graph, self.logits = 0, None, None
+        self.segmented = graph and len(state.mirrors) > 1                # one CUDA graph per GPU (segmented_graph.py)
 
     @property
     def setup_calls(self) -> int:
@@ -221,8 +232,9 @@ class DecodeStep:
         and, with a CUDA graph, the capture."""
         return 2 if self.graph else 1
 
-    def _forward(self) -> torch.Tensor:
-        self.state.advance()
+    def _forward(self, advance: bool = True) -> torch.Tensor:
+        if advance:
+            self.state.advance()
         with compiled_parts(self.model) if self.compile_step else nullcontext():
             return self.model(input_ids=self.input_ids, position_ids=self.position_ids,
                               cache_position=self.cache_position, past_key_values=self.cache,
@@ -256,6 +268,11 @@ class DecodeStep:
         return logits
 
     def _capture(self) -> None:
+        if self.segmented:
+            self.cuda_graph = SegmentedGraph(self.model)
+            self.logits = self.cuda_graph.capture(lambda: self._forward(advance=False), self.input_ids.device,
+                                                  on_begin=self.state.advance_on)
+            return
         self.cuda_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.cuda_graph):
             self.logits = self._forward()

@@ -22,8 +22,8 @@ of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth 
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
 --gpus N > 1 builds the random model over N GPUs (decoder layers split in order, harness.placement) and its rows
-decode through `+frozen` (the frozen cache in eager steps: a CUDA graph captures one device) or the eager engines;
-peak memory is then the sum over the GPUs, with each GPU's in `peak_gb_by_device`. Models: the CONFIGS below or any
+decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` stays on one GPU), `+frozen`
+(the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's in `peak_gb_by_device`. Models: the CONFIGS below or any
 shape file under configs/model/shapes/. With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown
 table is printed last.
 """
@@ -99,7 +99,7 @@ def _rows(cfg, batch: int, tokens: int, device, dtype, seed: int) -> tuple[torch
 
 BF16_CACHES = ("bf16", "bf16_static")
 GRAPH_SUFFIX = "+graph"    # e.g. oscar+graph: frozen cache, decode step replayed as one CUDA graph
-FROZEN_SUFFIX = "+frozen"  # e.g. oscar+frozen: the same frozen cache, each step run eagerly (several GPUs)
+FROZEN_SUFFIX = "+frozen"  # e.g. oscar+frozen: the same frozen cache, each step run eagerly
 COMPILE_SUFFIX = "+compile"  # after +graph: that step with the model's RMSNorms, MLPs and RoPE compiled
 STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
 
@@ -120,10 +120,10 @@ def row_engine(row_name: str) -> tuple[str, bool, bool, bool]:
 def check_rows(row_names: list[str], gpus: int) -> None:
     """ValueError (one sentence) for a row name this run cannot serve, before any model is built."""
     for row_name in row_names:
-        _, _, graph, _ = row_engine(row_name)
-        if graph and gpus > 1:
-            raise ValueError(f"{row_name}: a CUDA graph captures one device and --gpus {gpus} splits the model; "
-                             f"use {row_name.split('+')[0]}{FROZEN_SUFFIX} (the frozen cache in eager steps).")
+        _, _, _, compiled = row_engine(row_name)
+        if compiled and gpus > 1:
+            raise ValueError(f"{row_name}: {COMPILE_SUFFIX} compiles a step on one GPU and --gpus {gpus} splits the "
+                             f"model; use {row_name.removesuffix(COMPILE_SUFFIX)} (one CUDA graph per GPU).")
 
 
 def fill_dynamic(cache, model, batch: int, ctx: int, dtype) -> None:

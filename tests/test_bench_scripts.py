@@ -35,11 +35,11 @@ def test_bench_throughput_refuses_compile_without_graph_before_building_the_mode
     assert "copy bandwidth" not in proc.stdout
 
 
-def test_bench_throughput_refuses_a_graph_over_several_gpus_before_building_the_model():
+def test_bench_throughput_refuses_a_compiled_step_over_several_gpus_before_building_the_model():
     proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--gpus", "2", "--quantizers",
-                           "bf16+frozen,oscar+graph"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "oscar+graph: a CUDA graph captures one device" in proc.stderr
-    assert "use oscar+frozen" in proc.stderr and "copy bandwidth" not in proc.stdout
+                           "bf16+frozen,oscar+graph+compile"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "oscar+graph+compile: +compile compiles a step on one GPU" in proc.stderr
+    assert "use oscar+graph (one CUDA graph per GPU)" in proc.stderr and "copy bandwidth" not in proc.stdout
 
 
 def test_bench_throughput_budget_from_a_row_fits_that_rows_batch(tmp_path):

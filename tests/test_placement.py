@@ -146,7 +146,8 @@ def test_static_decode_across_devices_runs_without_a_graph_and_says_why():
 
 def test_frozen_cache_mirrors_its_lengths_on_each_layers_device():
     """Layer 0 on the CPU, layer 1 on the meta device (a stand-in for a second GPU): each layer's kernel reads
-    lengths on its own device, a step advances every mirror, and a CUDA graph is refused in one sentence."""
+    lengths on its own device, a step advances every mirror; a CUDA graph off CUDA and a compiled step over several
+    devices are refused in one sentence."""
     quantizer = build_quantizer("quarot_int2", recent=8, page=8)
     quantizer.check(shape_config(TINY_SHAPE))
     layers = [ThreeRegionLayer(quantizer, i, step_memo={}) for i in range(2)]
@@ -162,8 +163,10 @@ def test_frozen_cache_mirrors_its_lengths_on_each_layers_device():
     fp_len = state.fp_len.tolist()
     state.advance()
     assert state.fp_len.tolist() == [n + 1 for n in fp_len] and state.mirrors["meta"][1].device.type == "meta"
-    with pytest.raises(ValueError, match="a CUDA graph captures one device, and this frozen cache spans cpu, meta"):
+    with pytest.raises(ValueError, match="CUDA-graph decode needs the frozen cache on CUDA devices, got cpu, meta"):
         DecodeStep(torch.nn.Module(), cache, state, graph=True)
+    with pytest.raises(ValueError, match="compile_step runs on one GPU, and this frozen cache spans cpu, meta"):
+        DecodeStep(torch.nn.Module(), cache, state, compile_step=True)
 
 
 def test_tiny_model_loads_through_a_one_device_map():
@@ -173,18 +176,19 @@ def test_tiny_model_loads_through_a_one_device_map():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
-    """The same greedy tokens from a model on one GPU and split over two (eager frozen steps on both)."""
+    """The same greedy tokens from a model on one GPU and split over two, in eager frozen steps and replaying one
+    CUDA graph per GPU (harness.segmented_graph)."""
     from harness.static_cache import static_generate
     model, tok = tiny("qwen3")
     quantizer = build_quantizer("naive_int2", sink=4, recent=16, page=4)
     quantizer.check(model.config)
     enc = tok(["The grass is green. The sky is blue. " * 3, "Here we go."], return_tensors="pt", padding=True)
 
-    def greedy(device):
+    def greedy(device, graph=False):
         batch = {k: v.to(device) for k, v in enc.items()}
         with install(model, quantizer, kernels="triton") as seam:
             cache = seam.new_cache()
-            tokens = static_generate(model, batch, cache, 24, [], tok.pad_token_id, graph=False)
+            tokens = static_generate(model, batch, cache, 24, [], tok.pad_token_id, graph=graph)
         return tokens.cpu(), cache
 
     model.to("cuda:0")
@@ -198,4 +202,20 @@ def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     pl.dispatch(model, device_map)
     split, cache = greedy("cuda:0")
     assert torch.equal(split, one)
+    graphed, _ = greedy("cuda:0", graph=True)
+    assert torch.equal(graphed, one)
     assert {str(layer.keys.device) for layer in cache.layers} == {"cuda:0", "cuda:1"}
+
+
+def test_segmented_capture_refuses_a_tensor_crossing_devices_mid_segment(tiny):
+    """Only tensors handed to a segment's first module are copied to its device; any other crossing is named."""
+    from harness.segmented_graph import SegmentedGraph, output_hooks
+    model = tiny("qwen3")[0]
+    graph = SegmentedGraph(model)
+    assert [type(m).__name__ for m in graph.watched][-2:] == ["Qwen3RMSNorm", "Linear"]   # final norm, lm_head
+    here, there = torch.zeros(2), torch.zeros(2, device="meta")
+    graph.moved[id(there), torch.device("cpu")] = here
+    assert graph._local({"x": (there, 1)}, torch.device("cpu"), model) == {"x": (here, 1)}
+    with pytest.raises(ValueError, match="a tensor on meta reaches Qwen3ForCausalLM on cpu inside a captured segment"):
+        graph._local([torch.zeros(1, device="meta")], torch.device("cpu"), model)
+    assert output_hooks(model) == []

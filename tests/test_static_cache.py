@@ -193,6 +193,32 @@ def test_graph_replays_the_compiled_step_like_the_uncompiled_graph(tiny, tmp_pat
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
+    """The step captured as two graphs on one GPU (a boundary forced before layer 1, as a second GPU would place
+    one): the single graph's tokens and logits, step after step."""
+    from harness import segmented_graph, static_cache
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    made, init = [], static_cache.DecodeStep.__init__
+
+    def split_graph(m):
+        made.append(segmented_graph.SegmentedGraph(m, split_before=(m.model.layers[1],)))
+        return made[-1]
+
+    def segmented_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.segmented = True
+
+    monkeypatch.setattr(static_cache, "SegmentedGraph", split_graph)
+    monkeypatch.setattr(static_cache.DecodeStep, "__init__", segmented_init)
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    assert len(made) == 1 and [str(s.device) for s in made[0].segments] == ["cuda:0", "cuda:0"]
+    assert torch.equal(tokens, plain_tokens)
+    for a, b in zip(logits, plain_logits):
+        torch.testing.assert_close(a, b)
+
+
 def test_compile_step_refusals(tiny):
     model = tiny("qwen3")[0]
     with pytest.raises(ValueError, match="found no module whose class name ends with RMSNorm or MLP"):
