@@ -4,8 +4,8 @@
     logits = graph.capture(forward, first_device, on_begin)          # runs forward() once, capturing each segment
     graph.replay()                                                   # every later step: logits updated in place
 
-The capture runs the stock forward once. A forward pre-hook on each decoder layer and tail module (final norm,
-lm_head) watches the device of the module about to run: where it differs from the segment being captured, that
+The capture runs the stock forward once. A forward pre-hook on each top-level part of the model (embedding, RoPE,
+decoder layers, final norm, lm_head, tied to the embedding or not) watches the device of the module about to run: where it differs from the segment being captured, that
 capture ends and the next begins on the module's device, on a side stream of its own, with a private memory pool.
 Tensors handed across the boundary (the hidden state, RoPE's cos / sin, position ids) are copied eagerly into
 buffers on the new device, and every later module of the segment receives those copies (accelerate's hooks would
@@ -17,6 +17,7 @@ logits are copied into a buffer on the first device after each replay instead.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -34,8 +35,10 @@ class Segment:
     copies: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)   # (source, buffer here)
 
 
-def module_device(module: torch.nn.Module) -> torch.device:
-    return next(module.parameters()).device
+def module_device(module: torch.nn.Module) -> torch.device | None:
+    """The device of a module's first parameter or buffer (None for a module with neither)."""
+    held = next(itertools.chain(module.parameters(), module.buffers()), None)
+    return None if held is None else held.device
 
 
 class SegmentedGraph:
@@ -44,7 +47,7 @@ class SegmentedGraph:
     def __init__(self, model: torch.nn.Module, split_before: tuple[torch.nn.Module, ...] = ()):
         layout = module_layout(model)
         self.model = model
-        self.watched = [model.get_submodule(name) for name in layout.layers + layout.tail]
+        self.watched = [model.get_submodule(name) for name in layout.head + layout.layers + layout.tail]
         self.split_before = {id(m) for m in split_before}   # extra boundaries on one device (tests of the mechanism)
         self.segments: list[Segment] = []
         self.moved: dict[tuple[int, torch.device], torch.Tensor] = {}
@@ -88,6 +91,8 @@ class SegmentedGraph:
     # ------------------------------------------------------------------ capture internals
     def _pre_hook(self, module, args, kwargs):
         device = module_device(module)
+        if device is None:
+            return None
         forced = id(module) in self.split_before
         if device != self.segments[-1].device or forced:
             if forced:

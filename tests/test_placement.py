@@ -212,7 +212,8 @@ def test_segmented_capture_refuses_a_tensor_crossing_devices_mid_segment(tiny):
     from harness.segmented_graph import SegmentedGraph, output_hooks
     model = tiny("qwen3")[0]
     graph = SegmentedGraph(model)
-    assert [type(m).__name__ for m in graph.watched][-2:] == ["Qwen3RMSNorm", "Linear"]   # final norm, lm_head
+    names = [type(m).__name__ for m in graph.watched]
+    assert names[0] == "Embedding" and "Linear" in names and names.count("Qwen3DecoderLayer") == 2   # lm_head too
     here, there = torch.zeros(2), torch.zeros(2, device="meta")
     graph.moved[id(there), torch.device("cpu")] = here
     assert graph._local({"x": (there, 1)}, torch.device("cpu"), model) == {"x": (here, 1)}
