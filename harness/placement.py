@@ -160,6 +160,6 @@ def dispatch(model: torch.nn.Module, device_map: dict[str, str]) -> torch.nn.Mod
     """Hooks that carry activations between the devices of a model placed over several (accelerate)."""
     if len(devices_in(device_map)) > 1:
         from accelerate import dispatch_model
-        dispatch_model(model, device_map=device_map)
+        dispatch_model(model, device_map=device_map, main_device=devices_in(device_map)[0])   # inputs stay put
     model.hf_device_map = dict(device_map)
     return model

@@ -11,8 +11,9 @@ Tensors handed across the boundary (the hidden state, RoPE's cos / sin, position
 buffers on the new device, and every later module of the segment receives those copies (accelerate's hooks would
 otherwise copy them again inside the capture, a cross-device copy no graph of one device can hold). A replay
 launches the segments in order, each after its copies-in (PyTorch's cross-device copy orders the two GPUs'
-streams). The top-level hook that moves the output back to the input device is switched off for the capture; the
-logits are copied into a buffer on the first device after each replay instead.
+streams). accelerate's hook on the model itself is held for the capture: it would move the inputs to its main
+device (any of the GPUs: accelerate picks it from a set) and the output back to the input's device; the logits
+are copied into a buffer on the first device after each replay instead.
 `on_begin(device)` runs inside each segment's capture first (the frozen cache advances that device's lengths).
 """
 from __future__ import annotations
@@ -62,15 +63,16 @@ class SegmentedGraph:
         self.on_begin, self.begun = on_begin, set()
         handles = [m.register_forward_pre_hook(self._pre_hook, with_kwargs=True) for m in self.watched]
         hooks = output_hooks(self.model)
+        held = [(hook, hook.execution_device) for hook in hooks]
         try:
-            for hook in hooks:
-                hook.io_same_device = False
+            for hook in hooks:                   # inputs stay where they are, the output where the last part put it
+                hook.io_same_device, hook.execution_device = False, first_device
             self._begin(first_device)
             self.output = forward()                                           # [B, 1, V] on the last device
             self._end()
         finally:
-            for hook in hooks:
-                hook.io_same_device = True
+            for hook, device in held:
+                hook.io_same_device, hook.execution_device = True, device
             for handle in handles:
                 handle.remove()
         self.result = self.output.to(first_device, copy=True)
@@ -156,7 +158,7 @@ def _tensors(value):
 
 
 def output_hooks(model: torch.nn.Module) -> list:
-    """accelerate's hooks on the model itself that move its output back to the input's device."""
+    """accelerate's hooks on the model itself that move its inputs to a main device and its output back."""
     hook = getattr(model, "_hf_hook", None)
     hooks = getattr(hook, "hooks", [hook] if hook is not None else [])
     return [h for h in hooks if getattr(h, "io_same_device", False)]
