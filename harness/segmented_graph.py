@@ -61,6 +61,7 @@ class SegmentedGraph:
         first_device that `replay` refreshes."""
         torch.cuda.synchronize()
         self.on_begin, self.begun = on_begin, set()
+        current = torch.cuda.current_device()                # set_stream makes a stream's GPU the current one
         handles = [m.register_forward_pre_hook(self._pre_hook, with_kwargs=True) for m in self.watched]
         hooks = output_hooks(self.model)
         held = [(hook, hook.execution_device) for hook in hooks]
@@ -75,6 +76,7 @@ class SegmentedGraph:
                 hook.io_same_device, hook.execution_device = True, device
             for handle in handles:
                 handle.remove()
+            torch.cuda.set_device(current)
         self.result = self.output.to(first_device, copy=True)
         return self.result
 
