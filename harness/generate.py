@@ -51,15 +51,15 @@ def generate_outputs(model, tokenizer, examples, new_cache, batch_size: int = 1,
     under "clock" a harness.decode_clock.DecodeClock of their prefills and decode steps.
     compile_step: the static path's steps run the model's RMSNorms, MLPs and RoPE compiled (harness.compiled_step).
     prefill_chunk: tokens per prefill forward on both paths (None: the whole prompt in one forward).
-    The static path replays each step as a CUDA graph when the model sits on one GPU; a model split over several
-    decodes its frozen cache in eager steps (a graph captures one device).
+    The static path replays each step as a CUDA graph on the GPU (a model split over several as one graph per GPU,
+    harness.segmented_graph).
     """
     if static_decode not in STATIC_MODES:
         raise ValueError(f"static_decode must be one of {STATIC_MODES}, got {static_decode!r}.")
     check_sampling(sampling)
     outputs: list[str] = [""] * len(examples)
     device = next(model.parameters()).device
-    graph = device.type == "cuda" and len({p.device for p in model.parameters()}) == 1
+    graph = all(p.device.type == "cuda" for p in model.parameters())
     clock = paths.setdefault("clock", DecodeClock()) if paths is not None else None
     started = time.time()
     with tqdm(total=len(examples), desc=desc, unit="ex", dynamic_ncols=True) as bar:

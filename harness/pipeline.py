@@ -227,8 +227,18 @@ def static_decode_note(cfg: DictConfig, devices: list[str]) -> str:
     """How a static decode over several devices runs (a row's `run.static_decode_graph`), or '' on one device."""
     if len(devices) < 2 or str(cfg.get("static_decode", "auto")) == "off":
         return ""
-    return (f"off: a CUDA graph captures one device and this placement spans {', '.join(devices)}, so the frozen "
-            f"cache decodes in eager steps")
+    return (f"per GPU: the frozen cache's step replays one CUDA graph on each of {', '.join(devices)} "
+            f"(harness.segmented_graph); compile_step stays off over several GPUs")
+
+
+def step_compilation(cfg: DictConfig, device: str, devices: list[str]) -> bool:
+    """Whether the frozen step runs compiled (`compile_step`: auto compiles a step on one GPU); CellError (one
+    sentence) for compile_step=on over several GPUs."""
+    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device, graph=len(devices) < 2)
+    if compile_step and len(devices) > 1:
+        raise CellError(f"compile_step=on compiles a step on one GPU and this placement spans {', '.join(devices)}; "
+                        f"use compile_step=auto or off.")
+    return compile_step
 
 
 def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
@@ -257,7 +267,7 @@ def execute(plan: CellPlan, device: str, recorder, memory=None):
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]
     static_decode, graph_note = str(cfg.get("static_decode", "auto")), static_decode_note(cfg, devices)
-    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device, graph=not graph_note)
+    compile_step = step_compilation(cfg, device, devices)
     seed_everything(int(cfg.seed))
     loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()

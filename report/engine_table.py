@@ -38,7 +38,8 @@ def engine_line(row) -> list:
     """The table's cells for one row of a cell."""
     run, timing = row["run"], row["run"]["decode_timing"]
     batch = ((row.get("config") or {}).get("task") or {}).get("batch_size", "–")
-    graph = "no (several GPUs)" if run.get("static_decode_graph") else \
+    note = str(run.get("static_decode_graph", ""))
+    graph = "no (several GPUs)" if note.startswith("off") else "yes, one per GPU" if note.startswith("per GPU") else \
         ("yes" if run.get("decode_batches", {}).get("static") and "cuda" in str(run.get("device")) else "no")
     return [str(row["model"]).removesuffix("@random"), row["quantizer"], row["ctx"], batch, run.get("weights", "–"),
             row["device"], _placement(run), _peaks(row), timing["prefill_s"], timing["first_step_s"],

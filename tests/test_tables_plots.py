@@ -222,6 +222,8 @@ def test_engine_table_shows_timed_cells_once_with_each_gpus_peak():
     assert len(lines) == 1 and "| bf16 |" in lines[0] and "| random |" in lines[0]
     assert "cuda:0 75.5 / cuda:1 74.2" in lines[0] and "| 137.9 |" in lines[0] and "no (several GPUs)" in lines[0]
     assert engine_markdown(rows[rows["cell"] == "old"]) is None and engine_markdown(pd.DataFrame()) is None
+    graphed = {**base, "cell": "g", "run": {**run, "static_decode_graph": "per GPU: one CUDA graph on each of ..."}}
+    assert "| yes, one per GPU |" in engine_markdown(pd.DataFrame([graphed]))
 
 
 def test_engine_table_marks_graph_timings_that_counted_the_capture():
