@@ -5,8 +5,9 @@
     graph.replay()                                                   # every later step: logits updated in place
 
 The capture runs the stock forward once. A forward pre-hook on each top-level part of the model (embedding, RoPE,
-decoder layers, final norm, lm_head, tied to the embedding or not) watches the device of the module about to run: where it differs from the segment being captured, that
-capture ends and the next begins on the module's device, on a side stream of its own, with a private memory pool.
+decoder layers, final norm, lm_head, tied to the embedding or not) watches the device of the module about to run:
+where it differs from the segment being captured, that capture ends and the next begins on the module's device, on
+a side stream of its own, with a private memory pool.
 Tensors handed across the boundary (the hidden state, RoPE's cos / sin, position ids) are copied eagerly into
 buffers on the new device, and every later module of the segment receives those copies (accelerate's hooks would
 otherwise copy them again inside the capture, a cross-device copy no graph of one device can hold). A replay
@@ -55,6 +56,7 @@ class SegmentedGraph:
         self.streams: dict[torch.device, torch.cuda.Stream] = {}      # each device's stream before the capture
         self.output = self.result = None
         self.on_begin, self.begun = None, set()                        # devices whose on_begin ran
+        self.open = False                                              # a segment's capture has begun, not ended
 
     def capture(self, forward, first_device: torch.device, on_begin) -> torch.Tensor:
         """Run forward() (-> logits) once, capturing it segment by segment; returns the logits buffer on
@@ -69,8 +71,11 @@ class SegmentedGraph:
             for hook in hooks:                   # inputs stay where they are, the output where the last part put it
                 hook.io_same_device, hook.execution_device = False, first_device
             self._begin(first_device)
-            self.output = forward()                                           # [B, 1, V] on the last device
-            self._end()
+            try:
+                self.output = forward()                                       # [B, 1, V] on the last device
+            finally:
+                if self.open:
+                    self._end()                  # also after an error: a stream left capturing fails every later call
         finally:
             for hook, device in held:
                 hook.io_same_device, hook.execution_device = True, device
@@ -119,15 +124,19 @@ class SegmentedGraph:
         with torch.cuda.device(device):
             segment.graph.capture_begin()
         self.segments.append(segment)
+        self.open = True
         if device not in self.begun:
             self.begun.add(device)
             self.on_begin(device)
 
     def _end(self) -> None:
         segment = self.segments[-1]
-        with torch.cuda.device(segment.device):
-            segment.graph.capture_end()
-        torch.cuda.set_stream(self.streams[segment.device])
+        self.open = False
+        try:
+            with torch.cuda.device(segment.device):
+                segment.graph.capture_end()
+        finally:
+            torch.cuda.set_stream(self.streams[segment.device])
         torch.cuda.current_stream(segment.device).wait_stream(segment.stream)
 
     def _local(self, value, device: torch.device, module):
