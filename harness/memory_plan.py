@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from harness import placement as pl
+from harness.quantizer import has_own_cache
 
 GB = 1e9
 CUDA_RESERVE = 2**30
@@ -145,7 +146,7 @@ def layer_kv_bytes(config, quantizer, kind: str, work: Workload) -> int:
     shape = shape_of(config)
     row = work.batch * shape["kv_heads"] * shape["head_dim"]               # elements per token per tensor
     fp_bytes = row * work.dtype_bytes
-    if kind == "sliding_attention" or not quantizer.stores_codes or hasattr(quantizer, "build_cache"):
+    if kind == "sliding_attention" or not quantizer.stores_codes or has_own_cache(quantizer):
         return 2 * work.tokens * fp_bytes
     sink = work.tokens if quantizer.sink_tokens is None else quantizer.sink_tokens
     fp_rows = min(work.tokens, sink + quantizer.recent_tokens + quantizer.page_tokens)
@@ -294,7 +295,7 @@ def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str,
     config = model_config(cfg.model)
     quantizer.check(config)
     work = replace(cell_workload(cfg, device, use_kernels), packed_history=use_kernels and quantizer.stores_codes,
-                   padding_mask=not device.startswith("cuda") or hasattr(quantizer, "build_cache"))
+                   padding_mask=not device.startswith("cuda") or has_own_cache(quantizer))
     meta = meta_model(config, model_dtype(cfg.model))
     layout = pl.module_layout(meta)
     sizes = pl.module_bytes(meta, layout.head + layout.layers + layout.tail)

@@ -20,18 +20,19 @@ from __future__ import annotations
 import torch
 
 from harness.cache import KERNEL_MAX_QUERY_TOKENS
+from harness.quantizer import has_own_cache
 
 
 def quantizes_cache(quantizer) -> bool:
     """Whether `quantizer` changes what the cache reads back (the identity does not)."""
-    return quantizer.stores_codes or hasattr(quantizer, "build_cache")
+    return quantizer.stores_codes or has_own_cache(quantizer)
 
 
 def chunk_sizes(quantizer, total: int) -> list[int]:
     """Query chunk lengths that reproduce token-by-token decode through `quantizer`'s cache, summing to `total`."""
     if not quantizes_cache(quantizer):
         return [total] if total else []
-    if hasattr(quantizer, "build_cache"):
+    if has_own_cache(quantizer):
         first, step = 0, 1
     else:
         first = min(total, (quantizer.sink_tokens or 0) + quantizer.recent_tokens)

@@ -20,6 +20,12 @@ import torch
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "quantizer"
 
 
+def has_own_cache(quantizer) -> bool:
+    """Whether `quantizer` brings a cache of its own (`build_cache`, e.g. transformers' QuantizedCache) instead of
+    the seam's three-region layers."""
+    return hasattr(quantizer, "build_cache")
+
+
 class KVQuantizer:
     """Identity-by-default base class; subclasses override what they change."""
 

@@ -22,7 +22,7 @@ from transformers.masking_utils import (AttentionMaskInterface, causal_mask_func
 
 from harness.cache import KVView, ThreeRegionLayer
 from harness.placement import on_device
-from harness.quantizer import KVQuantizer
+from harness.quantizer import KVQuantizer, has_own_cache
 
 ATTN_NAME = "kvq"
 PADDING_FROM_CACHE: set[int] = set()   # id() of each installed model's config whose full-attention layers are all
@@ -302,7 +302,7 @@ class Seam:
     def new_cache(self) -> Cache:
         """A fresh cache: three-region layers for full attention, stock sliding layers otherwise
         (or the quantizer's own cache, e.g. transformers' QuantizedCache)."""
-        if hasattr(self.quantizer, "build_cache"):
+        if has_own_cache(self.quantizer):
             return self.quantizer.build_cache(self.model)
         layers, step_memo, kinds = [], {}, self.layer_types()
         for idx, kind in enumerate(kinds):
@@ -325,7 +325,7 @@ class Seam:
             if rotation is not None:
                 self._weights[module.layer_idx] = fold_value_rotation(module, rotation, self.quantizer.rotation_dtype)
         self.model.set_attn_implementation(ATTN_NAME)
-        if not hasattr(self.quantizer, "build_cache"):                 # last: nothing after it can fail unregistered
+        if not has_own_cache(self.quantizer):                         # last: nothing after it can fail unregistered
             PADDING_FROM_CACHE.add(id(self.model.config))
         return self
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.cache import reserve_history  # noqa: E402
 from harness.memory_plan import Workload, activation_bytes, kv_per_layer  # noqa: E402
-from harness.quantizer import build_quantizer  # noqa: E402
+from harness.quantizer import build_quantizer, has_own_cache  # noqa: E402
 from harness.seam import install  # noqa: E402
 from harness.static_cache import prefill  # noqa: E402
 
@@ -79,7 +79,7 @@ def main() -> None:
     model = load(args.model, "cuda")
     quantizer = build_quantizer(args.quantizer)
     work = Workload(args.batch, args.ctx, 2, False, args.chunk, reserved=True, gpu_prefill=True,
-                    packed_history=quantizer.stores_codes, padding_mask=hasattr(quantizer, "build_cache"))
+                    packed_history=quantizer.stores_codes, padding_mask=has_own_cache(quantizer))
     print(f"plan: KV cache {sum(kv_per_layer(model.config, quantizer, work)) / GB:.2f} GB, activations "
           f"{activation_bytes(model.config, work) / GB:.2f} GB (one layer), batch {args.batch} x {args.ctx}, "
           f"chunk {args.chunk}")
