@@ -219,6 +219,46 @@ def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_segmented_capture_ends_its_capture_when_the_forward_fails(tiny, tmp_path, monkeypatch):
+    """A forward that fails inside the second segment's capture (a boundary forced before layer 1): the error
+    reaches the caller, no stream is left capturing, the capture's hooks are gone, and the next generation's
+    graphs replay the single graph's tokens."""
+    from harness import segmented_graph, static_cache
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    made, init = [], static_cache.DecodeStep.__init__
+
+    def split_graph(m):
+        made.append(segmented_graph.SegmentedGraph(m, split_before=(m.model.layers[1],)))
+        return made[-1]
+
+    def segmented_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.segmented = True
+
+    def fail_while_capturing(module, args, output):
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("layer 1 failed inside the capture")
+
+    monkeypatch.setattr(static_cache, "SegmentedGraph", split_graph)
+    monkeypatch.setattr(static_cache.DecodeStep, "__init__", segmented_init)
+    layer = model.model.layers[1]
+    handle = layer.register_forward_hook(fail_while_capturing)
+    try:
+        with pytest.raises(RuntimeError, match="layer 1 failed inside the capture"):
+            static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    finally:
+        handle.remove()
+    assert [str(s.device) for s in made[0].segments] == ["cuda:0", "cuda:0"] and not made[0].open
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    assert not any(m._forward_pre_hooks for m in made[0].watched)
+    assert torch.ones(4, device="cuda").sum().item() == 4.0                  # the GPU still takes work
+    tokens, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    assert len(made) == 2 and torch.equal(tokens, plain_tokens)
+
+
 def test_compile_step_refusals(tiny):
     model = tiny("qwen3")[0]
     with pytest.raises(ValueError, match="found no module whose class name ends with RMSNorm or MLP"):
