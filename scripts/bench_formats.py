@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, decode_args,  # noqa: E402
                            graph_ms, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
-from kernels.decode import default_config, is_small_grid, per_token_layouts  # noqa: E402
+from kernels.decode import default_config, grid_size, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
@@ -71,15 +71,16 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
     return stored + fp_segment + 2 * batch * shape.q_heads * shape.head_dim * 2
 
 
-def default_launch(fmt: str, batch: int, shape: AttnShape, quantizer) -> DecodeConfig:
+def default_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -> DecodeConfig:
     """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
     if fmt == "turboquant_k3v3":
         return turbo_gpu_config(shape.head_dim)
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
-    small = is_small_grid(batch * shape.kv_heads, torch.cuda.get_device_properties(0).multi_processor_count)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid, rows = grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT), shape.q_heads // shape.kv_heads
     if fmt in LAUNCH_CHANGES:
-        return replace(default_config(d, True, small, per_token_layouts(k_spec, v_spec, d)), **LAUNCH_CHANGES[fmt])
-    return launch_config(d, True, small, k_spec, v_spec, shape.q_heads // shape.kv_heads)
+        return replace(default_config(d, True, grid, per_token_layouts(k_spec, v_spec, d), rows), **LAUNCH_CHANGES[fmt])
+    return launch_config(d, True, grid, k_spec, v_spec, rows)
 
 
 def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
@@ -92,7 +93,7 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     args = decode_args(batch, ctx, shape, k_parts, v_parts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
     if changes or fmt in LAUNCH_CHANGES:
-        spec_kw["config"] = replace(default_launch(fmt, batch, shape, quantizer), **(changes or {}))
+        spec_kw["config"] = replace(default_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
     return lambda: ops.decode_attention(*args, **spec_kw)
 
 

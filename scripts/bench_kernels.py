@@ -32,7 +32,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
+from kernels.decode import GRIDS, DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -268,8 +268,8 @@ def check_correctness() -> list[str]:
 
 def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: list[dict]) -> str:
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
-             f"(read + write); decode tiles {default_config(HEAD_DIM, True)}; at batch 1-2 "
-             f"(kernels.decode.is_small_grid) {default_config(HEAD_DIM, True, small_grid=True)}.", ""]
+             f"(read + write); decode tiles by `kernels.decode.grid_size`: "
+             + "; ".join(f"{grid} {default_config(HEAD_DIM, True, grid)}" for grid in GRIDS) + ".", ""]
     if decode_rows:
         lines += ["| batch | ctx | BF16 SDPA ms | INT2 ms | INT2 TB/s | INT2 of copy | INT2 speedup | "
                   "INT4 ms | INT4 TB/s | INT4 of copy | INT4 speedup |",

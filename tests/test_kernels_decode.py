@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels.decode import (FIELD_EXACT, FIELD_TINY, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
+from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config, launch_config, per_token_layouts, uses_token_pairs, uses_warp_tiles)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
@@ -163,16 +163,16 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     bench_formats.md); head_dim 256, other key groups, per-token keys and the interpreter keep their launch."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128):
-        for small in (False, True):
-            cfg = launch_config(head_dim, True, small, kivi_k, kivi_v)
+        for grid in GRIDS:
+            cfg = launch_config(head_dim, True, grid, kivi_k, kivi_v)
             assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi_k, kivi_v, head_dim)
             assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False) == \
-                replace(default_config(head_dim, True, small, False), warp_tiles=False, asm_unpack=False)
-    assert launch_config(256, True, False, kivi_k, kivi_v) == default_config(256, True, False, False)
+                replace(default_config(head_dim, True, grid, False), warp_tiles=False, asm_unpack=False)
+    assert launch_config(256, True, "large", kivi_k, kivi_v) == default_config(256, True, "large", False)
     odd = QuantSpec(bits=2, group=64, axis="channel")
-    assert launch_config(128, True, False, odd, kivi_v) == default_config(128, True, False, False)
-    assert launch_config(128, False, False, kivi_k, kivi_v) == default_config(128, False)
-    assert launch_config(128, True, False, INT2[128], INT2[128]) == default_config(128, True)
+    assert launch_config(128, True, "large", odd, kivi_v) == default_config(128, True, "large", False)
+    assert launch_config(128, False, "large", kivi_k, kivi_v) == default_config(128, False)
+    assert launch_config(128, True, "large", INT2[128], INT2[128]) == default_config(128, True)
 
 
 def test_channel_key_tiles_need_one_key_group_per_warp():
@@ -229,12 +229,12 @@ def test_token_pairs_only_for_contiguous_16_byte_tokens():
     assert not uses_token_pairs(replace(cfg, token_pairs=False), codes64, codes64, INT2[64], INT2[64], 64)
 
 
-@pytest.mark.parametrize("head_dim, group, small_grid", [(256, 4, False), (256, 4, True), (128, 16, False),
-                                                       (128, 12, False), (64, 3, False)])
-def test_per_shape_gpu_defaults_match_reference(head_dim, group, small_grid):
+@pytest.mark.parametrize("head_dim, group, grid", [(256, 4, "large"), (256, 4, "small"), (128, 16, "large"),
+                                                 (128, 12, "large"), (64, 3, "large")])
+def test_per_shape_gpu_defaults_match_reference(head_dim, group, grid):
     """The GPU default tile chosen for each attention shape (head_dim 256, more than 8 query rows per KV head)
     computes the reference's result under the interpreter (it may differ from the head_dim-128 tile)."""
-    cfg = default_config(head_dim, on_gpu=True, small_grid=small_grid, rows=group)
+    cfg = default_config(head_dim, on_gpu=True, grid=grid, rows=group)
     args, kw = make_inputs(2, 2 * group, 2, 1, head_dim, 300, 20, INT2[head_dim], INT2[head_dim], seed=5)
     out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None))
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
@@ -244,7 +244,7 @@ def test_short_histories_split_into_single_tiles_on_small_grids():
     """Batch 1-2 (small grid): a 1k history splits into one tile per program (results/bench/sweep_decode_short.md);
     at 128k the split target sets the count as before. Those one-tile splits merge to the reference's result."""
     from kernels.decode.launch import _num_splits
-    cfg = default_config(128, on_gpu=True, small_grid=True)
+    cfg = default_config(128, on_gpu=True, grid="small")
     assert cfg.min_split_tiles == 1
     assert _num_splits(8, 704, cfg.block_n, 4 * 132, cfg.min_split_tiles) == 6          # 704 tokens, 6 tiles
     long = _num_splits(8, 131072, cfg.block_n, 4 * 132, cfg.min_split_tiles)
@@ -254,20 +254,55 @@ def test_short_histories_split_into_single_tiles_on_small_grids():
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+def test_grid_size_picks_the_launch_family():
+    """On 132 SMs (8 KV heads): batch 1 up to ~100k of history is the tiny grid, longer or batch 2 the small one,
+    batch 3-16 medium, 32 large; a launch with no packed history (BF16 on the kernel path) never takes the two-warp
+    families (results/bench/sweep_decode_tiny.md)."""
+    from kernels.decode.launch import grid_size
+    assert grid_size(8, 132, 102080) == "tiny" and grid_size(8, 132, 114368) == "small"
+    assert grid_size(4, 132, 200000) == "tiny"                              # fewer units: longer histories
+    assert grid_size(16, 132, 1000) == "small" and grid_size(8, 132, 0) == "small"
+    assert grid_size(24, 132, 8000) == "medium" and grid_size(128, 132, 100000) == "medium"
+    assert grid_size(64, 132, 0) == "large" and grid_size(256, 132, 100000) == "large"
+    with pytest.raises(ValueError, match="grid must be one of"):
+        default_config(128, on_gpu=True, grid="huge")
+
+
+def test_tiny_and_medium_grids_take_two_warp_programs():
+    """Two-warp programs at batch 1 (no register cap, the small-grid tiles) and batch 3-16 (128-token tiles, 16 per
+    SM); more than 8 rows on the medium grid, head_dim 256 and per-channel layouts keep their own. Two 64-token warp
+    sub-tiles (head_dim 128) and two 64-token pair sub-tiles (head_dim 64) merge to the reference's result."""
+    tiny = default_config(128, on_gpu=True, grid="tiny")
+    assert (tiny.num_warps, tiny.maxnreg, tiny.block_n, tiny.tile_merge_ratio) == (2, None, 128, 16)
+    assert default_config(64, on_gpu=True, grid="tiny", rows=16) == tiny
+    medium = default_config(128, on_gpu=True, grid="medium")
+    assert (medium.num_warps, medium.block_n, medium.programs_per_sm, medium.maxnreg) == (2, 128, 16, 168)
+    assert default_config(128, on_gpu=True, grid="small").num_warps == 4
+    assert default_config(128, on_gpu=True, grid="medium", rows=16) == default_config(128, True, "large", rows=16)
+    for grid in ("tiny", "medium"):
+        assert default_config(256, on_gpu=True, grid=grid).num_warps == 4
+        assert default_config(128, on_gpu=True, grid=grid, per_token=False).num_warps == 4
+    for cfg in (tiny, medium):
+        for head_dim, group in ((128, 4), (64, 3)):
+            args, kw = make_inputs(1, 2 * group, 2, 1, head_dim, 700, 20, INT2[head_dim], INT2[head_dim], seed=9)
+            out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None))
+            assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_mid_length_histories_balance_split_count_against_the_merge():
     """tile_merge_ratio=16 on small grids (results/bench/sweep_decode_splits_short.md): an 8k history (62 tiles)
     splits 32 ways, not 62 (at most sqrt(16 x tiles)); 1k and 128k split as before; 16 rows at head_dim 64 take
     64-token tiles. The capped split count merges to the reference's result."""
     from kernels.decode.launch import _num_splits
-    cfg = default_config(128, on_gpu=True, small_grid=True)
+    cfg = default_config(128, on_gpu=True, grid="small")
     assert cfg.tile_merge_ratio == 16 and cfg.block_n == 128
     assert _num_splits(8, 7872, 128, 4 * 132, 1) == 62
     assert _num_splits(8, 7872, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 32
     assert _num_splits(8, 704, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 6
     assert _num_splits(8, 131072, 128, 4 * 132, 1, cfg.tile_merge_ratio) == 66
-    assert default_config(64, on_gpu=True, small_grid=True, rows=16).block_n == 64
-    assert default_config(64, on_gpu=True, small_grid=True, rows=8).block_n == 128
-    assert default_config(128, on_gpu=True, small_grid=False).tile_merge_ratio == 0
+    assert default_config(64, on_gpu=True, grid="small", rows=16).block_n == 64
+    assert default_config(64, on_gpu=True, grid="small", rows=8).block_n == 128
+    assert default_config(128, on_gpu=True, grid="large").tile_merge_ratio == 0
     tiles = replace(cfg, block_n=16, num_stages=1, maxnreg=None)
     splits = _num_splits(1, 700, tiles.block_n, 10**6, 1, cfg.tile_merge_ratio)   # 44 tiles of 16 tokens
     assert splits == 27                                                             # uneven: 2 tiles, some empty

@@ -40,13 +40,28 @@ class DecodeConfig:
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
 
 
-def is_small_grid(units: int, sms: int) -> bool:
-    """At most one (sequence, KV head) unit per 8 SMs (batch 1-2 at 8 KV heads on an H100): `default_config`'s
-    small_grid tiles (at batch 8 they were slower than the large-grid ones, sweep_decode_splits.md)."""
-    return units <= sms // 8
+GRIDS = ("tiny", "small", "medium", "large")
+TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 
 
-def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_token: bool = True,
+def grid_size(units: int, sms: int, history_tokens: int = 1) -> str:
+    """Which of `default_config`'s launch families serves `units` (sequence, KV head) pairs over `history_tokens`
+    packed tokens each on `sms` SMs (H100 sweeps, 8 KV heads: results/bench/sweep_decode_tiny.md, _splits.md):
+
+    "small": at most one unit per 8 SMs (batch 1-2); "tiny" within it: at most one unit per 16 SMs (batch 1) and at
+    most TINY_TOKENS_PER_SM history tokens per SM (batch 1 up to 102k faster, from 114k slower than "small");
+    "medium": fewer units than SMs (batch 3-16); "large": the rest. A launch with no packed history (BF16 on the
+    kernel path: every row in the fp segment) takes "small" or "large": two-warp programs were up to 0.9 us slower
+    there at 1k (bench_kernel_grid_batch1.md, the BF16 kernel column)."""
+    packed = history_tokens > 0
+    if units <= sms // 16 and packed and units * history_tokens <= TINY_TOKENS_PER_SM * sms:
+        return "tiny"
+    if units <= sms // 8:
+        return "small"
+    return "medium" if units < sms and packed else "large"
+
+
+def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: bool = True,
                    rows: int = WARP_TILE_ROWS) -> DecodeConfig:
     """Fixed heuristic table (no autotune: it does not run under the interpreter).
 
@@ -62,7 +77,7 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     whose large-grid tile stays at 128 tokens with the inline-PTX unpack: at 256 tokens and 3 stages its pipeline
     buffers need 323 KB of shared memory at head_dim 128 (H100: 227 KB).
 
-    small_grid: very few (sequence, KV head) units (`is_small_grid`). There two pipeline stages with a
+    grid: the launch family of `grid_size`. "small" (very few (sequence, KV head) units): two pipeline stages with a
     128-register cap were 11-16 % faster at batch 1 / 128k and slower at batch 32, 4 programs per SM a further
     3-5 % at batch 1 (H100 sweeps: results/bench/sweep_decode_tiles.md, sweep_decode_splits.md and their git
     history), merge_block=64 up to 10 % at batch 1 and neutral elsewhere. Splits of one tile (min_split_tiles=1)
@@ -80,31 +95,49 @@ def default_config(head_dim: int, on_gpu: bool, small_grid: bool = False, per_to
     1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier). asm_unpack (inline
     PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair itself; 0-3 %
     slower in the final sweep): off for those, kept in the large-grid row-major tile of the other layouts.
+
+    "tiny" (batch 1, up to ~100k): the small-grid tiles and splits in two-warp programs (64 tokens per warp) with no
+    register cap. H200 sweep at batch 1, 8 KV heads (results/bench/sweep_decode_tiny.md): head_dim 128 group 4 at 8k /
+    32k / 100k 15 / 26 / 49 -> 12 / 21 / 44 us, group 16 24 / 42 / 83 -> 17 / 30 / 61 us, head_dim 64 group 3 13 / 21 /
+    42 -> 10 / 17 / 35 us, group 16 (64-token tiles before) 18 / 31 / 64 -> 14 / 24 / 50 us (1k: 8 -> 10 us); at
+    batch 2 up to 40 % slower at 100k, at batch 1 from 114k on 30 % slower (H100), at head_dim 256 slower everywhere.
+    "medium" (batch 3-16, up to 8 rows, head_dim <= 128): the large-grid tile halved to 128 tokens in two-warp
+    programs, 16 per SM: 0-16 % faster from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % slower,
+    head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays.
     """
+    if grid not in GRIDS:
+        raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}.")
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
     if head_dim > 128 and per_token:
         return DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
-    if rows > WARP_TILE_ROWS and not small_grid and per_token:
+    small = grid in ("tiny", "small")
+    if rows > WARP_TILE_ROWS and not small and per_token:
         return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
-    if small_grid:
+    if grid == "tiny" and per_token:
+        return DecodeConfig(block_n=128, block_f=64, num_warps=2, num_stages=2, merge_block=64, programs_per_sm=4,
+                            min_split_tiles=1, tile_merge_ratio=16, warp_tiles=True)
+    if small:
         return DecodeConfig(block_n=64 if rows > WARP_TILE_ROWS and head_dim <= 64 else 128, block_f=64,
                             num_warps=4, num_stages=2, maxnreg=128, merge_block=64, programs_per_sm=4,
                             min_split_tiles=1, tile_merge_ratio=16, warp_tiles=True)
     if not per_token:
         return DecodeConfig(block_n=128, block_f=64, num_warps=4, num_stages=3, asm_unpack=True, merge_block=64)
+    if grid == "medium":
+        return DecodeConfig(block_n=128, block_f=32, num_warps=2, num_stages=3, maxnreg=168, merge_block=64,
+                            programs_per_sm=16, warp_tiles=True)
     return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, maxnreg=168, merge_block=64,
                         warp_tiles=True)
 
 
-def launch_config(head_dim: int, on_gpu: bool, small_grid: bool, k_spec: QuantSpec, v_spec: QuantSpec,
+def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_spec: QuantSpec,
                   rows: int = WARP_TILE_ROWS) -> DecodeConfig:
     """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
     them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
     head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero)."""
-    cfg = default_config(head_dim, on_gpu, small_grid, per_token_layouts(k_spec, v_spec, head_dim), rows)
+    cfg = default_config(head_dim, on_gpu, grid, per_token_layouts(k_spec, v_spec, head_dim), rows)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
     tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
@@ -290,8 +323,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    small_grid = on_gpu and is_small_grid(batch * kv_heads, _sm_count(q.device.index or 0))
-    cfg = config or launch_config(head_dim, on_gpu, small_grid, k_spec, v_spec, group * q_tokens)
+    grid = grid_size(batch * kv_heads, _sm_count(q.device.index or 0), k_codes.shape[2]) if on_gpu else "large"
+    cfg = config or launch_config(head_dim, on_gpu, grid, k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK

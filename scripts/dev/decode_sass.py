@@ -205,10 +205,10 @@ def main() -> None:
     args = parser.parse_args()
     layout = LAYOUTS[args.layout]
     if args.single_launch:
-        for small in (True, False):
-            cfg = default_config(layout.head_dim, on_gpu=True, small_grid=small)
-            print(f"single-launch merge, small_grid={small}: " + " ".join(merge_ordering(cfg, layout)))
-            print(f"registers, small_grid={small}: " + ", ".join(
+        for grid in ("small", "large"):
+            cfg = default_config(layout.head_dim, on_gpu=True, grid=grid)
+            print(f"single-launch merge, grid={grid}: " + " ".join(merge_ordering(cfg, layout)))
+            print(f"registers, grid={grid}: " + ", ".join(
                 f"single_launch={on} {registers(compile_stage1(replace(cfg, single_launch=on), layout).asm['cubin'])}"
                 for on in (False, True)))
         return

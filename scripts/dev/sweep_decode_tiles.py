@@ -17,6 +17,14 @@ reference (a wrong unpack shows as a large error).
         # small-grid tiles at long histories (batch 1-2): tile length, pipeline depth, split density
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:102400,2:102400 --grid long1_narrow
         # the same with 64-token tiles, deeper pipelines and 2-warp programs
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 1:1024,1:8192,2:8192 --grid rows16_small
+        # more than 8 query rows per KV head on the small-grid tile: register cap, depth, 8-row programs, warps
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 16 --points 1:8192,1:102400 --grid warps2_small
+        # 2-warp small-grid programs without the register cap: tile length, depth, split density
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 3:8192,8:32768,32:102400 --grid warps2_large
+        # 2-warp programs on the large grid (batch >= 3)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:262144,4:32768 --grid warps2_bounds
+        # where two warps stop paying: batch 1 beyond 128k, batch 2-16 (4 warps at batch 1; 2 elsewhere)
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -34,9 +42,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
-                           decode_call, decode_inputs, graph_ms, sdpa_call)
-from kernels.decode import DecodeConfig, decode_attention, default_config, is_small_grid  # noqa: E402
+from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, _decode_bytes, bf16_bytes,  # noqa: E402
+                           copy_bandwidth, decode_call, decode_inputs, graph_ms, sdpa_call)
+from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
+from kernels.decode import DecodeConfig, decode_attention, default_config, grid_size  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
@@ -81,6 +90,20 @@ GRIDS = {
                      {"block_n": 64, "num_stages": 4, "tile_merge_ratio": 0}],
     "rows16": [{}, {"maxnreg": None}, {"block_n": 128}, {"block_n": 128, "maxnreg": None}, {"num_stages": 2},
                {"num_warps": 8, "maxnreg": None}],
+    "rows16_small": [{}, {"maxnreg": None}, {"maxnreg": 168}, {"maxnreg": None, "num_stages": 3}, {"warp_rows": 8},
+                     {"warp_rows": 8, "maxnreg": None}, {"programs_per_sm": 8, "maxnreg": None},
+                     {"block_n": 128, "maxnreg": None}, {"num_warps": 2}, {"num_warps": 2, "maxnreg": None}],
+    "warps2_small": [{}, {"num_warps": 2, "maxnreg": None}, {"num_warps": 2, "maxnreg": None, "num_stages": 3},
+                     {"num_warps": 2, "maxnreg": None, "block_n": 64},
+                     {"num_warps": 2, "maxnreg": None, "block_n": 256},
+                     {"num_warps": 2, "maxnreg": None, "programs_per_sm": 8},
+                     {"num_warps": 2, "maxnreg": None, "programs_per_sm": 2},
+                     {"num_warps": 2, "maxnreg": None, "block_n": 128}, {"maxnreg": None, "num_stages": 3}],
+    "warps2_bounds": [{}, {"num_warps": 4, "maxnreg": 128}, {"num_warps": 2, "maxnreg": None},
+                      {"num_warps": 2, "block_n": 128, "programs_per_sm": 16}],
+    "warps2_large": [{}, {"num_warps": 2, "block_n": 128}, {"num_warps": 2, "block_n": 128, "maxnreg": None},
+                     {"num_warps": 2, "block_n": 128, "programs_per_sm": 16},
+                     {"num_warps": 2, "block_n": 128, "maxnreg": None, "num_stages": 4}],
 }
 
 
@@ -95,8 +118,8 @@ def check(cfg: DecodeConfig, shape: AttnShape) -> float:
 
 def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, sms: int) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
-    default = default_config(shape.head_dim, True, small_grid=is_small_grid(batch * shape.kv_heads, sms),
-                             rows=shape.q_heads // shape.kv_heads)
+    grid = grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT)
+    default = default_config(shape.head_dim, True, grid, rows=shape.q_heads // shape.kv_heads)
     cfg = replace(default, **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = _decode_bytes(batch, ctx, 2, shape)
@@ -129,7 +152,7 @@ def main() -> None:
     copy_tbs = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; {shape}; default "
-          f"{default_config(shape.head_dim, True)}, small grid {default_config(shape.head_dim, True, small_grid=True)}")
+          + ", ".join(f"{grid} grid {default_config(shape.head_dim, True, grid)}" for grid in LAUNCH_GRIDS))
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
     print("|---|---|---|---|---|---|---|")
     for point in args.points.split(","):
