@@ -25,6 +25,8 @@ reference (a wrong unpack shows as a large error).
         # 2-warp programs on the large grid (batch >= 3)
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:262144,4:32768 --grid warps2_bounds
         # where two warps stop paying: batch 1 beyond 128k, batch 2-16 (4 warps at batch 1; 2 elsewhere)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 1:1024,1:8192 --grid tiny_short
+        # the tiny family at short histories: 8-row programs, depth, split density, fp-segment tile, merge
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -101,6 +103,9 @@ GRIDS = {
                      {"num_warps": 2, "maxnreg": None, "block_n": 128}, {"maxnreg": None, "num_stages": 3}],
     "warps2_bounds": [{}, {"num_warps": 4, "maxnreg": 128}, {"num_warps": 2, "maxnreg": None},
                       {"num_warps": 2, "block_n": 128, "programs_per_sm": 16}],
+    "tiny_short": [{}, {"warp_rows": 8}, {"warp_rows": 8, "programs_per_sm": 8}, {"num_stages": 3},
+                   {"num_stages": 1}, {"programs_per_sm": 8}, {"block_n": 64}, {"block_f": 32}, {"block_f": 128},
+                   {"tile_merge_ratio": 8}, {"tile_merge_ratio": 32}, {"merge_block": 16}],
     "warps2_large": [{}, {"num_warps": 2, "block_n": 128}, {"num_warps": 2, "block_n": 128, "maxnreg": None},
                      {"num_warps": 2, "block_n": 128, "programs_per_sm": 16},
                      {"num_warps": 2, "block_n": 128, "maxnreg": None, "num_stages": 4}],
