@@ -43,7 +43,7 @@ def engine_line(row) -> list:
         ("yes" if run.get("decode_batches", {}).get("static") and "cuda" in str(run.get("device")) else "no")
     return [str(row["model"]).removesuffix("@random"), row["quantizer"], row["ctx"], batch, run.get("weights", "–"),
             row["device"], _placement(run), _peaks(row), timing["prefill_s"], timing["first_step_s"],
-            _per_step(timing, graph), timing["decode_steps"], graph, row["git_sha"]]
+            _per_step(timing, graph), timing["decode_steps"], graph, str(row["git_sha"])[:12]]
 
 
 def engine_markdown(rows: pd.DataFrame) -> str | None:
@@ -54,7 +54,9 @@ def engine_markdown(rows: pd.DataFrame) -> str | None:
         lambda run: isinstance(run, dict) and "first_step_s" in (run.get("decode_timing") or {}))]
     if timed.empty:
         return None
-    cells = timed.drop_duplicates("cell").sort_values(["model", "ctx", "quantizer", "seed"])
+    if "timestamp" in timed:                        # a cell run again shows its latest timing (as latest_ok_rows)
+        timed = timed.sort_values("timestamp", kind="stable")
+    cells = timed.drop_duplicates("cell", keep="last").sort_values(["model", "ctx", "quantizer", "seed"])
     lines = ["# How each cell ran: placement, memory and decode time", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(v) for v in engine_line(row)) + " |" for _, row in cells.iterrows()]

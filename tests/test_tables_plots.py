@@ -224,6 +224,12 @@ def test_engine_table_shows_timed_cells_once_with_each_gpus_peak():
     assert engine_markdown(rows[rows["cell"] == "old"]) is None and engine_markdown(pd.DataFrame()) is None
     graphed = {**base, "cell": "g", "run": {**run, "static_decode_graph": "per GPU: one CUDA graph on each of ..."}}
     assert "| yes, one per GPU |" in engine_markdown(pd.DataFrame([graphed]))
+    rerun = {**graphed, "cell": "a", "git_sha": "f" * 40, "timestamp": "2026-11-26T12:12:18",
+             "run": {**graphed["run"], "decode_timing": {**timing, "decode_ms_per_step": 41.1}}}
+    first = {**base, "cell": "a", "timestamp": "2026-11-25T18:59:09"}
+    for order in ([first, rerun], [rerun, first]):                  # the latest by timestamp, in either order
+        lines = [line for line in engine_markdown(pd.DataFrame(order)).splitlines() if line.startswith("| qwen")]
+        assert len(lines) == 1 and "| 41.1 |" in lines[0] and lines[0].endswith(f"| {'f' * 12} |")
 
 
 def test_engine_table_marks_graph_timings_that_counted_the_capture():
