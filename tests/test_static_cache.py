@@ -193,13 +193,10 @@ def test_graph_replays_the_compiled_step_like_the_uncompiled_graph(tiny, tmp_pat
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
-    """The step captured as two graphs on one GPU (a boundary forced before layer 1, as a second GPU would place
-    one): the single graph's tokens and logits, step after step."""
+def _segment_graphs_before_layer_1(monkeypatch) -> list:
+    """Make every DecodeStep with a graph capture its step segment by segment on one GPU, with a boundary forced
+    before layer 1 (as a second GPU would place one); returns the list the SegmentedGraphs are appended to."""
     from harness import segmented_graph, static_cache
-    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
-    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
     made, init = [], static_cache.DecodeStep.__init__
 
     def split_graph(m):
@@ -212,6 +209,16 @@ def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(static_cache, "SegmentedGraph", split_graph)
     monkeypatch.setattr(static_cache.DecodeStep, "__init__", segmented_init)
+    return made
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
+    """The step captured as two graphs on one GPU (a boundary forced before layer 1, as a second GPU would place
+    one): the single graph's tokens and logits, step after step."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
+    made = _segment_graphs_before_layer_1(monkeypatch)
     tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
     assert len(made) == 1 and [str(s.device) for s in made[0].segments] == ["cuda:0", "cuda:0"]
     assert torch.equal(tokens, plain_tokens)
@@ -224,25 +231,14 @@ def test_segmented_capture_ends_its_capture_when_the_forward_fails(tiny, tmp_pat
     """A forward that fails inside the second segment's capture (a boundary forced before layer 1): the error
     reaches the caller, no stream is left capturing, the capture's hooks are gone, and the next generation's
     graphs replay the single graph's tokens."""
-    from harness import segmented_graph, static_cache
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
     plain_tokens, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True)
-    made, init = [], static_cache.DecodeStep.__init__
-
-    def split_graph(m):
-        made.append(segmented_graph.SegmentedGraph(m, split_before=(m.model.layers[1],)))
-        return made[-1]
-
-    def segmented_init(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.segmented = True
+    made = _segment_graphs_before_layer_1(monkeypatch)
 
     def fail_while_capturing(module, args, output):
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("layer 1 failed inside the capture")
 
-    monkeypatch.setattr(static_cache, "SegmentedGraph", split_graph)
-    monkeypatch.setattr(static_cache.DecodeStep, "__init__", segmented_init)
     layer = model.model.layers[1]
     handle = layer.register_forward_hook(fail_while_capturing)
     try:
