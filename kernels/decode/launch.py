@@ -44,7 +44,7 @@ GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 
 
-def grid_size(units: int, sms: int, history_tokens: int = 1) -> str:
+def grid_size(units: int, sms: int, history_tokens: int) -> str:
     """Which of `default_config`'s launch families serves `units` (sequence, KV head) pairs over `history_tokens`
     packed tokens each on `sms` SMs (H100 sweeps, 8 KV heads: results/bench/sweep_decode_tiny.md, _splits.md):
 
@@ -100,7 +100,8 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     register cap. H200 sweep at batch 1, 8 KV heads (results/bench/sweep_decode_tiny.md): head_dim 128 group 4 at 8k /
     32k / 100k 15 / 26 / 49 -> 12 / 21 / 44 us, group 16 24 / 42 / 83 -> 17 / 30 / 61 us, head_dim 64 group 3 13 / 21 /
     42 -> 10 / 17 / 35 us, group 16 (64-token tiles before) 18 / 31 / 64 -> 14 / 24 / 50 us (1k: 8 -> 10 us); at
-    batch 2 up to 40 % slower at 100k, at batch 1 from 114k on 30 % slower (H100), at head_dim 256 slower everywhere.
+    batch 2 up to 40 % slower at 100k, at batch 1 from 114k on 23-52 % slower (H100; `grid_size` bounds it), at
+    head_dim 256 slower everywhere.
     "medium" (batch 3-16, up to 8 rows, head_dim <= 128): the large-grid tile halved to 128 tokens in two-warp
     programs, 16 per SM: 0-16 % faster from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % slower,
     head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays.

@@ -21,7 +21,7 @@ reference (a wrong unpack shows as a large error).
         # more than 8 query rows per KV head on the small-grid tile: register cap, depth, 8-row programs, warps
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 16 --points 1:8192,1:102400 --grid warps2_small
         # 2-warp small-grid programs without the register cap: tile length, depth, split density
-    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 3:8192,8:32768,32:102400 --grid warps2_large
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 3:8192,32:102400 --grid warps2_large
         # 2-warp programs on the large grid (batch >= 3)
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:262144,4:32768 --grid warps2_bounds
         # where two warps stop paying: batch 1 beyond 128k, batch 2-16 (4 warps at batch 1; 2 elsewhere)
