@@ -103,7 +103,7 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     batch 2 up to 40 % slower at 100k, at batch 1 from 114k on 23-52 % slower (H100; `grid_size` bounds it), at
     head_dim 256 slower everywhere.
     "medium" (batch 3-16, up to 8 rows, head_dim <= 128): the large-grid tile halved to 128 tokens in two-warp
-    programs, 16 per SM: 0-16 % faster from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % slower,
+    programs, 16 per SM: 0-17 % less time from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % more,
     head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays.
     """
     if grid not in GRIDS:
