@@ -32,9 +32,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, decode_args,  # noqa: E402
-                           graph_ms, sdpa_call)
+                           graph_ms, point_grid, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
-from kernels.decode import default_config, grid_size, per_token_layouts  # noqa: E402
+from kernels.decode import default_config, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
@@ -76,8 +76,7 @@ def default_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) 
     if fmt == "turboquant_k3v3":
         return turbo_gpu_config(shape.head_dim)
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid, rows = grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT), shape.q_heads // shape.kv_heads
+    grid, rows = point_grid(batch, ctx, shape), shape.q_heads // shape.kv_heads
     if fmt in LAUNCH_CHANGES:
         return replace(default_config(d, True, grid, per_token_layouts(k_spec, v_spec, d), rows), **LAUNCH_CHANGES[fmt])
     return launch_config(d, True, grid, k_spec, v_spec, rows)

@@ -25,11 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import (RECENT, SINK, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
-                           decode_call, decode_inputs, graph_ms, sdpa_call)
+from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
+                           decode_inputs, graph_ms, point_grid, sdpa_call)
 from harness.cache import empty_history  # noqa: E402
-from kernels.decode import decode_attention, decode_attention_reference, default_config, grid_size  # noqa: E402
-from kernels.decode.launch import _sm_count  # noqa: E402
+from kernels.decode import decode_attention, decode_attention_reference, default_config  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
 KV_HEADS = 8
@@ -79,7 +78,7 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict
         row[f"{name}_ms"], row[f"{name}_of_copy"] = ms, nbytes / ms / 1e9 / copy_tbs
     row["int2_vs_sdpa"] = row["sdpa_ms"] / row["int2_ms"]
     row["int2_vs_bf16_kernel"] = row["bf16_kernel_ms"] / row["int2_ms"]
-    row["grid"] = grid_size(batch * shape.kv_heads, _sm_count(0), ctx - SINK - RECENT)
+    row["grid"] = point_grid(batch, ctx, shape)
     row["config"] = str(default_config(shape.head_dim, True, row["grid"], rows=shape.q_heads // shape.kv_heads))
     return row
 

@@ -32,7 +32,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.decode import GRIDS, DecodeConfig, decode_attention, default_config  # noqa: E402
+from kernels.decode import GRIDS, DecodeConfig, decode_attention, default_config, grid_size  # noqa: E402
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -101,6 +101,13 @@ def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
     dst = torch.empty_like(src)
     ms = bench_ms(lambda: dst.copy_(src))
     return 2 * n_bytes / ms / 1e9
+
+
+def point_grid(batch: int, ctx: int, shape: AttnShape) -> str:
+    """The launch family (`kernels.decode.grid_size`) a decode call of this point takes by default: `batch` x KV heads
+    units over ctx - SINK - RECENT packed history rows on GPU 0."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT)
 
 
 def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:

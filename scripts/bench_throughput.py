@@ -24,8 +24,8 @@ the memory that ROW's weights and cache take at the first batch: the batch that 
 --gpus N > 1 builds the random model over N GPUs (decoder layers split in order, harness.placement) and its rows
 decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` stays on one GPU), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
-in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the rows also go to $OUT/bench_throughput.json. A Markdown
-table is printed last.
+in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
+rows also go to $OUT/bench_throughput.json. A Markdown table is printed last.
 """
 from __future__ import annotations
 

@@ -44,10 +44,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, _decode_bytes, bf16_bytes,  # noqa: E402
-                           copy_bandwidth, decode_call, decode_inputs, graph_ms, sdpa_call)
+from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
+                           decode_call, decode_inputs, graph_ms, point_grid, sdpa_call)
 from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
-from kernels.decode import DecodeConfig, decode_attention, default_config, grid_size  # noqa: E402
+from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
@@ -121,10 +121,9 @@ def check(cfg: DecodeConfig, shape: AttnShape) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, sms: int) -> str:
+def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
-    grid = grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT)
-    default = default_config(shape.head_dim, True, grid, rows=shape.q_heads // shape.kv_heads)
+    default = default_config(shape.head_dim, True, point_grid(batch, ctx, shape), rows=shape.q_heads // shape.kv_heads)
     cfg = replace(default, **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = _decode_bytes(batch, ctx, 2, shape)
@@ -155,7 +154,6 @@ def main() -> None:
     args = parser.parse_args()
     shape = AttnShape(args.group * KV_HEADS, KV_HEADS, args.head_dim)
     copy_tbs = copy_bandwidth()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; copy {copy_tbs:.2f} TB/s; {shape}; default "
           + ", ".join(f"{grid} grid {default_config(shape.head_dim, True, grid)}" for grid in LAUNCH_GRIDS))
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
@@ -164,7 +162,7 @@ def main() -> None:
         batch, ctx = (int(v) for v in point.split(":"))
         print(sdpa_row(batch, ctx, shape, copy_tbs), flush=True)
         for change in GRIDS[args.grid]:
-            print(sweep_row(batch, ctx, change, shape, copy_tbs, sms), flush=True)
+            print(sweep_row(batch, ctx, change, shape, copy_tbs), flush=True)
 
 
 if __name__ == "__main__":
