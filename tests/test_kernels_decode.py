@@ -289,6 +289,27 @@ def test_tiny_and_medium_grids_take_two_warp_programs():
             assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+def test_int4_at_head_dim_128_takes_32_token_warp_tiles_on_medium_and_large_grids():
+    """4-bit K and V at head_dim 128 (64 bytes per token) halve the medium and large tiles to 32 tokens per warp
+    (results/bench/bench_formats_int4_tiles.md); INT2, head_dim 64 / 256, mixed widths and the tiny and small grids
+    keep theirs. Both halved tiles merge to the reference's result."""
+    int4 = INT4[128]
+    for grid, block_n in (("medium", 64), ("large", 128), ("tiny", 128), ("small", 128)):
+        assert launch_config(128, True, grid, int4, int4).block_n == block_n
+    for grid in ("medium", "large"):
+        halved = launch_config(128, True, grid, int4, int4)
+        assert halved == replace(default_config(128, True, grid), block_n=halved.block_n)
+        assert halved.block_n // halved.num_warps == 32
+        assert launch_config(128, True, grid, INT2[128], INT2[128]) == default_config(128, True, grid)
+        assert launch_config(128, True, grid, int4, INT2[128]) == default_config(128, True, grid)
+        for head_dim in (64, 256):
+            assert launch_config(head_dim, True, grid, INT4[head_dim], INT4[head_dim]) == \
+                default_config(head_dim, True, grid)
+        args, kw = make_inputs(2, 8, 2, 1, 128, 300, 20, int4, int4, seed=11)
+        out = decode_attention(*args, **kw, config=replace(halved, num_stages=1, maxnreg=None))
+        assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_mid_length_histories_balance_split_count_against_the_merge():
     """tile_merge_ratio=16 on small grids (results/bench/sweep_decode_splits_short.md): an 8k history (62 tiles)
     splits 32 ways, not 62 (at most sqrt(16 x tiles)); 1k and 128k split as before; 16 rows at head_dim 64 take

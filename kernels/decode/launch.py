@@ -137,8 +137,15 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
                   rows: int = WARP_TILE_ROWS) -> DecodeConfig:
     """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
     them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
-    head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero)."""
-    cfg = default_config(head_dim, on_gpu, grid, per_token_layouts(k_spec, v_spec, head_dim), rows)
+    head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero), and
+    half the tokens per tile where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`) on
+    the medium and large grids: each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
+    results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
+    64 and 256 and on the tiny and small grids the same change was slower)."""
+    per_token = per_token_layouts(k_spec, v_spec, head_dim)
+    cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
+    if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
+        cfg = replace(cfg, block_n=cfg.block_n // 2)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
     tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
@@ -187,6 +194,12 @@ def single_group_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) ->
 def _whole_field_groups(spec: QuantSpec, head_dim: int) -> bool:
     """A token-axis layout whose (scale, zero) groups each cover whole fields (D * bits / 8 coordinates)."""
     return spec.axis == "token" and spec.group % (head_dim * spec.container_bits // 8) == 0
+
+
+def wide_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """K and V both store 4-bit codes at head_dim 128: 64 bytes per token and head, twice INT2's (head_dim 256 at 2
+    bits has 64 bytes too, but its own tile: `default_config`; only this case was swept)."""
+    return head_dim == 128 and k_spec.container_bits == 4 == v_spec.container_bits
 
 
 def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
