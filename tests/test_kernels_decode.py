@@ -229,8 +229,8 @@ def test_token_pairs_only_for_contiguous_16_byte_tokens():
     assert not uses_token_pairs(replace(cfg, token_pairs=False), codes64, codes64, INT2[64], INT2[64], 64)
 
 
-@pytest.mark.parametrize("head_dim, group, grid", [(256, 4, "large"), (256, 4, "small"), (128, 16, "large"),
-                                                 (128, 12, "large"), (64, 3, "large")])
+@pytest.mark.parametrize("head_dim, group, grid", [(256, 4, "large"), (256, 4, "small"), (256, 4, "tiny"),
+                                                 (128, 16, "large"), (128, 12, "large"), (64, 3, "large")])
 def test_per_shape_gpu_defaults_match_reference(head_dim, group, grid):
     """The GPU default tile chosen for each attention shape (head_dim 256, more than 8 query rows per KV head)
     computes the reference's result under the interpreter (it may differ from the head_dim-128 tile)."""
@@ -336,6 +336,10 @@ def test_per_shape_defaults_pick_the_swept_tiles():
     """results/bench/sweep_decode_shapes.md: head_dim 256 takes warp tiles of 128 tokens, 16 rows drop the cap."""
     wide = default_config(256, on_gpu=True)
     assert wide.warp_tiles and wide.block_n == 128 and wide.num_warps == 4
+    wide_tiny = default_config(256, on_gpu=True, grid="tiny")          # bench_kernel_grid_d256_splits.md
+    assert (wide_tiny.min_split_tiles, wide_tiny.tile_merge_ratio) == (2, 16)
+    assert wide_tiny == replace(wide, min_split_tiles=2, tile_merge_ratio=16)
+    assert default_config(256, on_gpu=True, grid="small") == wide
     assert default_config(128, on_gpu=True, rows=16).maxnreg is None
     assert default_config(128, on_gpu=True, rows=8).maxnreg == 168
     assert not default_config(256, on_gpu=True, per_token=False).warp_tiles

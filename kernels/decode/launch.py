@@ -101,7 +101,9 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     32k / 100k 15 / 26 / 49 -> 12 / 21 / 44 us, group 16 24 / 42 / 83 -> 17 / 30 / 61 us, head_dim 64 group 3 13 / 21 /
     42 -> 10 / 17 / 35 us, group 16 (64-token tiles before) 18 / 31 / 64 -> 14 / 24 / 50 us (1k: 8 -> 10 us); at
     batch 2 up to 40 % slower at 100k, at batch 1 from 114k on 23-52 % slower (H100; `grid_size` bounds it), at
-    head_dim 256 slower everywhere.
+    head_dim 256 slower everywhere. Head_dim 256 keeps its four-warp tile; at batch 1 (tiny) its splits take at least
+    two tiles and at most sqrt(16 x tiles) of them (H100, results/bench/bench_kernel_grid_d256_splits.md: 1.08-1.21x
+    faster from 1k to 8k, 1.05-1.06x at 100k, 0.96-0.99x at 32k; at batch 2 16 % slower at 8k: "small" keeps its).
     "medium" (batch 3-16, up to 8 rows, head_dim <= 128): the large-grid tile halved to 128 tokens in two-warp
     programs, 16 per SM: 0-17 % less time from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % more,
     head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays.
@@ -111,7 +113,8 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     if not on_gpu:
         return DecodeConfig(block_n=64, block_f=32, num_warps=4, num_stages=1)
     if head_dim > 128 and per_token:
-        return DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
+        wide = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
+        return replace(wide, min_split_tiles=2, tile_merge_ratio=16) if grid == "tiny" else wide
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
     small = grid in ("tiny", "small")
