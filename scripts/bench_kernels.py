@@ -107,7 +107,7 @@ def point_grid(batch: int, ctx: int, shape: AttnShape) -> str:
     """The launch family (`kernels.decode.grid_size`) a decode call of this point takes by default: `batch` x KV heads
     units over ctx - SINK - RECENT packed history rows on GPU 0."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT)
+    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT, shape.q_heads // shape.kv_heads)
 
 
 def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:

@@ -264,26 +264,33 @@ def test_grid_size_picks_the_launch_family():
     assert grid_size(16, 132, 1000) == "small" and grid_size(8, 132, 0) == "small"
     assert grid_size(24, 132, 8000) == "medium" and grid_size(128, 132, 100000) == "medium"
     assert grid_size(64, 132, 0) == "large" and grid_size(256, 132, 100000) == "large"
+    # more than 8 rows: medium up to 66 units and 20k tokens per SM (batch 3 / 100k, batch 8 / 32k), not to batch 16
+    assert grid_size(24, 132, 102080, rows=16) == "medium" and grid_size(32, 132, 102080, rows=16) == "large"
+    assert grid_size(64, 132, 32448, rows=12) == "medium" and grid_size(96, 132, 8000, rows=16) == "large"
+    assert grid_size(96, 132, 32448, rows=8) == "medium"
     with pytest.raises(ValueError, match="grid must be one of"):
         default_config(128, on_gpu=True, grid="huge")
 
 
 def test_tiny_and_medium_grids_take_two_warp_programs():
     """Two-warp programs at batch 1 (no register cap, the small-grid tiles) and batch 3-16 (128-token tiles, 16 per
-    SM); more than 8 rows on the medium grid, head_dim 256 and per-channel layouts keep their own. Two 64-token warp
-    sub-tiles (head_dim 128) and two 64-token pair sub-tiles (head_dim 64) merge to the reference's result."""
+    SM; more than 8 rows: no register cap, 8 per SM); head_dim 256 and per-channel layouts keep their own. Two
+    64-token warp sub-tiles (head_dim 128) and two 64-token pair sub-tiles (head_dim 64) merge to the reference's
+    result, also with 12-16 rows per program."""
     tiny = default_config(128, on_gpu=True, grid="tiny")
     assert (tiny.num_warps, tiny.maxnreg, tiny.block_n, tiny.tile_merge_ratio) == (2, None, 128, 16)
     assert default_config(64, on_gpu=True, grid="tiny", rows=16) == tiny
     medium = default_config(128, on_gpu=True, grid="medium")
     assert (medium.num_warps, medium.block_n, medium.programs_per_sm, medium.maxnreg) == (2, 128, 16, 168)
     assert default_config(128, on_gpu=True, grid="small").num_warps == 4
-    assert default_config(128, on_gpu=True, grid="medium", rows=16) == default_config(128, True, "large", rows=16)
+    rows16 = default_config(128, on_gpu=True, grid="medium", rows=16)       # sweep_rows16_medium.md
+    assert (rows16.num_warps, rows16.block_n, rows16.programs_per_sm, rows16.maxnreg) == (2, 128, 8, None)
+    assert default_config(128, on_gpu=True, grid="large", rows=16).num_warps == 4
     for grid in ("tiny", "medium"):
         assert default_config(256, on_gpu=True, grid=grid).num_warps == 4
         assert default_config(128, on_gpu=True, grid=grid, per_token=False).num_warps == 4
-    for cfg in (tiny, medium):
-        for head_dim, group in ((128, 4), (64, 3)):
+    for cfg, shapes in ((tiny, ((128, 4), (64, 3))), (medium, ((128, 4), (64, 3))), (rows16, ((128, 16), (64, 12)))):
+        for head_dim, group in shapes:
             args, kw = make_inputs(1, 2 * group, 2, 1, head_dim, 700, 20, INT2[head_dim], INT2[head_dim], seed=9)
             out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None))
             assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL

@@ -42,23 +42,30 @@ class DecodeConfig:
 
 GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
+WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 
 
-def grid_size(units: int, sms: int, history_tokens: int) -> str:
-    """Which of `default_config`'s launch families serves `units` (sequence, KV head) pairs over `history_tokens`
-    packed tokens each on `sms` SMs (H100 sweeps, 8 KV heads: results/bench/sweep_decode_tiny.md, _splits.md):
+def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
+    """Which of `default_config`'s launch families serves `units` (sequence, KV head) pairs of `rows` query rows over
+    `history_tokens` packed tokens each on `sms` SMs (H100 sweeps, 8 KV heads: results/bench/sweep_decode_tiny.md,
+    _splits.md, sweep_rows16_medium.md):
 
     "small": at most one unit per 8 SMs (batch 1-2); "tiny" within it: at most one unit per 16 SMs (batch 1) and at
     most TINY_TOKENS_PER_SM history tokens per SM (batch 1 up to 102k faster, from 114k slower than "small");
-    "medium": fewer units than SMs (batch 3-16); "large": the rest. A launch with no packed history (BF16 on the
-    kernel path: every row in the fp segment) takes "small" or "large": two-warp programs were up to 0.9 us slower
-    there at 1k (bench_kernel_grid_batch1.md, the BF16 kernel column)."""
+    "medium": fewer units than SMs (batch 3-16), and with more than WARP_TILE_ROWS rows at most one unit per 2 SMs
+    and WIDE_ROWS_MEDIUM_TOKENS_PER_SM history tokens per SM (batch 3 up to 100k, batch 4-8 up to 32k: its two-warp
+    programs were slower at batch 4-6 / 100k and 12 / 32k); "large": the rest. A launch with no
+    packed history (BF16 on the kernel path: every row in the fp segment) takes "small" or "large": two-warp
+    programs were up to 0.9 us slower there at 1k (bench_kernel_grid_batch1.md, the BF16 kernel column)."""
     packed = history_tokens > 0
     if units <= sms // 16 and packed and units * history_tokens <= TINY_TOKENS_PER_SM * sms:
         return "tiny"
     if units <= sms // 8:
         return "small"
-    return "medium" if units < sms and packed else "large"
+    wide_rows_bound = 2 * units <= sms and units * history_tokens <= WIDE_ROWS_MEDIUM_TOKENS_PER_SM * sms
+    if not packed or units >= sms or (rows > WARP_TILE_ROWS and not wide_rows_bound):
+        return "large"
+    return "medium"
 
 
 def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: bool = True,
@@ -106,7 +113,9 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     faster from 1k to 8k, 1.05-1.06x at 100k, 0.96-0.99x at 32k; at batch 2 16 % slower at 8k: "small" keeps its).
     "medium" (batch 3-16, up to 8 rows, head_dim <= 128): the large-grid tile halved to 128 tokens in two-warp
     programs, 16 per SM: 0-17 % less time from batch 3 / 8k to batch 16 / 100k on the H100 (one point 2 % more,
-    head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays.
+    head_dim 128 at 16 / 100k), 23-29 % slower at batch 32 / 100k (groups 3-4), where "large" stays. With more than 8
+    rows (groups 12-16; "medium" then ends earlier: `grid_size`) the large-grid tile halved in two-warp programs, no
+    register cap, 8 per SM (results/bench/sweep_rows16_medium.md).
     """
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}.")
@@ -118,6 +127,8 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
     small = grid in ("tiny", "small")
+    if rows > WARP_TILE_ROWS and grid == "medium" and per_token:
+        return DecodeConfig(block_n=128, block_f=32, num_warps=2, num_stages=3, merge_block=64, warp_tiles=True)
     if rows > WARP_TILE_ROWS and not small and per_token:
         return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
     if grid == "tiny" and per_token:
@@ -340,7 +351,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    grid = grid_size(batch * kv_heads, _sm_count(q.device.index or 0), k_codes.shape[2]) if on_gpu else "large"
+    grid = grid_size(batch * kv_heads, _sm_count(q.device.index or 0), k_codes.shape[2], group * q_tokens) \
+        if on_gpu else "large"
     cfg = config or launch_config(head_dim, on_gpu, grid, k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
