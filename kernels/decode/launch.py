@@ -54,9 +54,9 @@ def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_R
     most TINY_TOKENS_PER_SM history tokens per SM (batch 1 up to 102k faster, from 114k slower than "small");
     "medium": fewer units than SMs (batch 3-16), and with more than WARP_TILE_ROWS rows at most one unit per 2 SMs
     and WIDE_ROWS_MEDIUM_TOKENS_PER_SM history tokens per SM (batch 3 up to 100k, batch 4-8 up to 32k: its two-warp
-    programs were slower at batch 4-6 / 100k and 12 / 32k); "large": the rest. A launch with no
-    packed history (BF16 on the kernel path: every row in the fp segment) takes "small" or "large": two-warp
-    programs were up to 0.9 us slower there at 1k (bench_kernel_grid_batch1.md, the BF16 kernel column)."""
+    programs were slower at batch 4-6 / 100k and 12 / 32k); "large": the rest. A launch with no packed history
+    (BF16 on the kernel path: every row in the fp segment) takes "small" or "large": two-warp programs were up to
+    0.9 us slower there at 1k (bench_kernel_grid_batch1.md, the BF16 kernel column)."""
     packed = history_tokens > 0
     if units <= sms // 16 and packed and units * history_tokens <= TINY_TOKENS_PER_SM * sms:
         return "tiny"
@@ -152,8 +152,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
     them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
     head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero), and
-    half the tokens per tile where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`) on
-    the medium and large grids: each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
+    half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
+    (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
     64 and 256 and on the tiny and small grids the same change was slower)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
