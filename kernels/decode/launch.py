@@ -127,10 +127,9 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     if head_dim > 128:
         return DecodeConfig(block_n=64, block_f=32, num_warps=8, num_stages=2, merge_block=64)
     small = grid in ("tiny", "small")
-    if rows > WARP_TILE_ROWS and grid == "medium" and per_token:
-        return DecodeConfig(block_n=128, block_f=32, num_warps=2, num_stages=3, merge_block=64, warp_tiles=True)
     if rows > WARP_TILE_ROWS and not small and per_token:
-        return DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
+        wide_rows = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, merge_block=64, warp_tiles=True)
+        return replace(wide_rows, block_n=128, num_warps=2) if grid == "medium" else wide_rows
     if grid == "tiny" and per_token:
         return DecodeConfig(block_n=128, block_f=64, num_warps=2, num_stages=2, merge_block=64, programs_per_sm=4,
                             min_split_tiles=1, tile_merge_ratio=16, warp_tiles=True)
