@@ -9,11 +9,23 @@ A failure is one line on stderr (HYDRA_FULL_ERROR=1 shows the traceback) and a n
 input (nothing written), 1 for a cell that failed while running (its rows say status=error). A sweep goes
 on past a failed cell and exits non-zero at the end, naming every cell that failed.
 """
+import os
+import signal
 import sys
 
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C during the imports: one line and exit 130 at once. Raising KeyboardInterrupt there can land inside a
+    C++ extension's callback (torch's pybind11 import), which aborts the process with a C++ traceback instead."""
+    print("interrupted while starting; nothing was run.", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+_sigint_before_imports = signal.getsignal(signal.SIGINT)
+if _sigint_before_imports is signal.default_int_handler:      # left alone where SIGINT is ignored (background jobs)
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 try:
     import logging
-    import os
     from pathlib import Path
 
     import hydra
@@ -26,9 +38,8 @@ try:
     from report.store import ResultsStore
     from report.summary import summary_text
     from report.wandb_logger import log_cell, log_failure
-except KeyboardInterrupt:
-    print("interrupted while starting; nothing was run.", file=sys.stderr)
-    sys.exit(130)
+finally:
+    signal.signal(signal.SIGINT, _sigint_before_imports)
 
 REPO_ROOT = Path(__file__).resolve().parent
 CONFIG_GROUPS = ("model", "quantizer", "task", "ctx", "logger", "debug", "experiment")
