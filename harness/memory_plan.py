@@ -114,11 +114,16 @@ def _span(layer_devices: list[str], device: str) -> str:
 
 
 # ----------------------------------------------------------------------------- bytes of one part
+def model_head_dim(config) -> int:
+    """The attention head_dim of a transformers config (explicit, or hidden_size / heads)."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def shape_of(config) -> dict:
     heads = config.num_attention_heads
     return {"hidden": config.hidden_size, "intermediate": config.intermediate_size, "heads": heads,
             "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads, "vocab": config.vocab_size}
+            "head_dim": model_head_dim(config), "vocab": config.vocab_size}
 
 
 def layer_kinds(config) -> list[str]:

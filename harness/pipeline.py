@@ -211,14 +211,21 @@ def out_of_memory_detail(err: BaseException) -> str:
 def plan_memory(plan: CellPlan, device: str):
     """The cell's placement and memory plan (harness/memory_plan.py), printed; made before any weight loads."""
     import torch
-    from harness.memory_plan import plan_cell
+    from harness.memory_plan import model_head_dim, plan_cell
+    from harness.models import model_config
     from harness.placement import device_of
     from harness.seam import kernels_enabled
+    from kernels.dispatch import unsupported_head_dim
     try:
-        use_kernels = kernels_enabled(torch.device(device_of(device)), str(plan.cfg.kernels), plan.quantizer)
+        head_dim = model_head_dim(model_config(plan.cfg.model))
+        use_kernels = kernels_enabled(torch.device(device_of(device)), str(plan.cfg.kernels), plan.quantizer,
+                                      head_dim)
         memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
+    if str(plan.cfg.kernels) == "auto" and device_of(device).startswith("cuda") and unsupported_head_dim(head_dim):
+        log.warning("%s: this cell runs the PyTorch reference path (slower; its rows say run.kernels=false).",
+                    unsupported_head_dim(head_dim))
     log.info("memory plan:\n%s", memory.describe())
     return memory
 

@@ -21,6 +21,7 @@ from transformers.masking_utils import (AttentionMaskInterface, causal_mask_func
                                        sdpa_mask)
 
 from harness.cache import KVView, ThreeRegionLayer
+from harness.memory_plan import model_head_dim
 from harness.placement import on_device
 from harness.quantizer import KVQuantizer, has_own_cache
 
@@ -265,19 +266,24 @@ def lacks_kernels(quantizer) -> bool:
     return own_format and cls.kernel_ops is KVQuantizer.kernel_ops
 
 
-def kernels_enabled(device: torch.device, mode: str, quantizer=None) -> bool:
+def kernels_enabled(device: torch.device, mode: str, quantizer=None, head_dim: int | None = None) -> bool:
     """auto: Triton kernels on CUDA only; triton: forced (CPU needs TRITON_INTERPRET=1); reference: never.
 
-    A quantizer with quantize/dequantize hooks of its own and no kernels for that format (`lacks_kernels`) runs
-    on the reference path (which calls the hooks) under auto, and is refused under `kernels=triton`.
+    A quantizer with quantize/dequantize hooks of its own and no kernels for that format (`lacks_kernels`), or a
+    model whose head_dim the kernels are not built for (`kernels.dispatch.HEAD_DIMS`), runs on the reference path
+    under auto and is refused under `kernels=triton`.
     """
-    from kernels.dispatch import use_triton
+    from kernels.dispatch import unsupported_head_dim, use_triton
     custom = quantizer is not None and quantizer.stores_codes and lacks_kernels(quantizer)
     if custom and mode == "triton":
         raise ValueError(f"Quantizer '{quantizer.name}' overrides quantize/dequantize without Triton kernels for "
                          f"its format (kernel_ops); run it with kernels=reference (or auto).")
+    no_build = head_dim is not None and unsupported_head_dim(head_dim)
+    if no_build and mode == "triton":
+        raise ValueError(f"kernels=triton: {no_build}; run it with kernels=auto or kernels=reference (the PyTorch "
+                         f"reference path).")
     if mode == "auto":
-        return device.type == "cuda" and not custom
+        return device.type == "cuda" and not custom and not no_build
     return use_triton(device, mode) and not custom
 
 
@@ -288,7 +294,8 @@ class Seam:
         self.model, self.quantizer, self.kernels = model, quantizer, kernels
         self.modules = attention_modules(model)
         self.previous_impl = model.config._attn_implementation
-        self.use_kernels = kernels_enabled(next(model.parameters()).device, kernels, quantizer)
+        self.use_kernels = kernels_enabled(next(model.parameters()).device, kernels, quantizer,
+                                           model_head_dim(model.config))
         self._weights: dict[int, torch.Tensor] = {}
 
     @property

@@ -6,6 +6,7 @@ import os
 import torch
 
 MODES = ("auto", "triton", "reference")
+HEAD_DIMS = (64, 128, 256)   # the head_dims every Triton kernel (write, decode, TurboQuant) is built for
 
 
 def interpreter_forced() -> bool:
@@ -24,3 +25,10 @@ def use_triton(device: torch.device | str, mode: str = "auto") -> bool:
     if mode == "triton" and not runnable:
         raise ValueError(f"mode='triton' needs a CUDA device or TRITON_INTERPRET=1, got device {device}.")
     return mode != "reference" and runnable
+
+
+def unsupported_head_dim(head_dim: int) -> str | None:
+    """One sentence when the Triton kernels have no build for `head_dim`, else None."""
+    if head_dim in HEAD_DIMS:
+        return None
+    return (f"the Triton kernels take head_dim {', '.join(map(str, HEAD_DIMS))}; this model's is {head_dim}")

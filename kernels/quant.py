@@ -18,11 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dispatch import interpreter_forced
+from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.format import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
                             RANGE_FLOOR, QuantSpec)
 
-HEAD_DIMS = (64, 128, 256)
 SCALE_KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 SPARE_LOW_BITS = {torch.float32: 0, torch.float16: 13, torch.bfloat16: 16}  # zero low bits of the value as fp32
 ASYMMETRIC, SYMMETRIC, LLOYD_MAX = 0, 1, 2

@@ -290,6 +290,8 @@ def run_py(*args, results: Path, **kwargs):
     (["ctx=0"], "ctx=0 names no config in configs/ctx/"),
     (["seed=abc"], "seed must be an integer"),
     (["-m", "hydra/launcher=slurm", "debug=tiny"], "hydra/launcher=slurm needs a SLURM cluster"),
+    (["model=qwen3_8b", "model.source=random", f"model.shape={ROOT / 'tests/fixtures/tiny_qwen3_hd96_shape.json'}",
+      "+model.random_tokenizer=char", "kernels=triton"], "the Triton kernels take head_dim 64, 128, 256"),
 ])
 def test_run_py_prints_one_line_and_exits_non_zero(tmp_path, args, needle):
     results = tmp_path / "results"

@@ -92,3 +92,15 @@ def test_own_hooks_run_on_the_reference_path_and_the_kernels_refuse_them(tiny):
     with pytest.raises(ValueError, match="overrides quantize/dequantize"):
         kernels_enabled(torch.device("cpu"), "triton", custom)
     assert kernels_enabled(torch.device("cuda"), "auto", build_quantizer("naive_int2"))
+
+
+@pytest.mark.parametrize("head_dim, built", [(64, True), (128, True), (256, True), (80, False), (96, False)])
+def test_a_head_dim_without_kernels_takes_the_reference_path_or_is_refused(head_dim, built):
+    quantizer = build_quantizer("naive_int2")
+    assert kernels_enabled(torch.device("cuda"), "auto", quantizer, head_dim) is built
+    assert kernels_enabled(torch.device("cuda"), "reference", quantizer, head_dim) is False
+    if built:
+        assert kernels_enabled(torch.device("cpu"), "triton", quantizer, head_dim) is True   # TRITON_INTERPRET=1
+    else:
+        with pytest.raises(ValueError, match=f"take head_dim 64, 128, 256; this model's is {head_dim}"):
+            kernels_enabled(torch.device("cuda"), "triton", quantizer, head_dim)

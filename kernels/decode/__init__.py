@@ -33,7 +33,7 @@ The number of history splits fills the GPU (`DecodeConfig.programs_per_sm` progr
 least `min_split_tiles` tiles per split. On the GPU the dot operands are fp16 (fp32 accumulation);
 under TRITON_INTERPRET everything is fp32 and matches `decode_attention_reference` to ~1e-6.
 """
-from kernels.decode.common import (CHANNEL, FIELD_EXACT, FIELD_TINY, HEAD_DIMS, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN,
+from kernels.decode.common import (CHANNEL, FIELD_EXACT, FIELD_TINY, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN,
                                    TOKEN_GROUPED, WARP_TILE_ROWS)
 from kernels.decode.launch import (GRIDS, DecodeConfig, decode_attention, default_config, grid_size,
                                    launch_config, per_token_layouts, single_group_layouts, uses_token_pairs,
@@ -41,6 +41,7 @@ from kernels.decode.launch import (GRIDS, DecodeConfig, decode_attention, defaul
 from kernels.decode.packed import _field_ptx
 from kernels.decode.reference import check_decode_inputs, decode_attention_reference
 from kernels.decode.stage1 import _decode_stage1_kernel
+from kernels.dispatch import HEAD_DIMS
 
 __all__ = ["CHANNEL", "FIELD_EXACT", "FIELD_TINY", "HEAD_DIMS", "LOG2E", "MAX_ROWS", "ROW_BLOCK", "TOKEN",
            "TOKEN_GROUPED", "WARP_TILE_ROWS", "GRIDS", "DecodeConfig", "decode_attention", "default_config",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-HEAD_DIMS = (64, 128, 256)
 MAX_ROWS = 128            # GROUP * T_q query rows per KV head
 ROW_BLOCK = 16            # query rows per program (the MMA's M)
 WARP_TILE_ROWS = 8        # query rows per program with DecodeConfig.warp_tiles (the MMA's N), up to GQA 8

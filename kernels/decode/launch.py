@@ -9,11 +9,11 @@ from functools import lru_cache
 import torch
 import triton
 
-from kernels.decode.common import CHANNEL, HEAD_DIMS, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS
+from kernels.decode.common import CHANNEL, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS
 from kernels.decode.merge import _decode_stage2_kernel
 from kernels.decode.reference import check_decode_inputs
 from kernels.decode.stage1 import _decode_stage1_kernel
-from kernels.dispatch import interpreter_forced
+from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.format import QuantSpec
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dispatch import interpreter_forced
-from kernels.quant import HEAD_DIMS, SCALE_KINDS, _asymmetric, _divide, _stored, default_write_tile
+from kernels.dispatch import HEAD_DIMS, interpreter_forced
+from kernels.quant import SCALE_KINDS, _asymmetric, _divide, _stored, default_write_tile
 from kernels.turbo.layout import CODES_PER_WORD, KINDS, NORM_FLOOR, TIGHT_BITS, part_shapes
 
 FP16_KIND = tl.constexpr(SCALE_KINDS[torch.float16])     # norms, scales and zeros are stored in fp16
