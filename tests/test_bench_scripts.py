@@ -186,6 +186,22 @@ def test_write_sass_counts_the_clip_and_the_descent_issues_fewer_instructions_th
         assert spills[rotation, "descend"] == 0
 
 
+def test_turbo_sass_counts_one_select_per_centroid_level_of_each_key_code():
+    """scripts/dev/turbo_sass.py compiles TurboQuant's stage 1 for sm_90a offline. At head_dim 64 (128-token tiles,
+    4 warps) a thread holds 64 key codes per tile; `_lookup` selects among 2^bits centroids, one FSEL per level
+    above the first: 7 per code at 3 bits, 3 at 2 bits."""
+    proc = subprocess.run([sys.executable, "scripts/dev/turbo_sass.py", "--head-dims", "64", "--bits", "3:3,2:4",
+                           "--top", "40"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row[1].strip(): row for row in (line.split("|")[1:-1] for line in proc.stdout.splitlines()
+                                            if line.startswith("| 64 "))}
+    ops = {bits: {op.split()[0]: int(op.split()[1]) for op in row[7].split(",")} | {"per128": int(row[6])}
+           for bits, row in rows.items()}
+    assert ops["3:3"]["HMMA"] == ops["2:4"]["HMMA"] == 32     # scores and values: 16 m16n8k16 steps each per warp
+    assert 7 * 64 <= ops["3:3"]["FSEL"] < 8 * 64 and 3 * 64 <= ops["2:4"]["FSEL"] < 4 * 64
+    assert ops["2:4"]["per128"] < ops["3:3"]["per128"]
+
+
 def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypatch):
     """`--launch` names DecodeConfig fields to change from a format's default launch; a typo ends the run."""
     import pytest
