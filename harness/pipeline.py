@@ -223,9 +223,10 @@ def plan_memory(plan: CellPlan, device: str):
         memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
-    if str(plan.cfg.kernels) == "auto" and device_of(device).startswith("cuda") and unsupported_head_dim(head_dim):
+    no_build = unsupported_head_dim(head_dim)
+    if no_build and str(plan.cfg.kernels) == "auto" and device_of(device).startswith("cuda"):
         log.warning("%s: this cell runs the PyTorch reference path (slower; its rows say run.kernels=false).",
-                    unsupported_head_dim(head_dim))
+                    no_build)
     log.info("memory plan:\n%s", memory.describe())
     return memory
 

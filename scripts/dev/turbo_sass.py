@@ -75,10 +75,10 @@ def main() -> None:
             k_bits, v_bits = map(int, bits.split(":"))
             cfg, kernel = compile_turbo(head_dim, k_bits, v_bits)
             cubin = kernel.asm["cubin"]
-            all_ops = opcodes(cuda_tool("nvdisasm", cubin, "-c").splitlines())
-            lines = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+            sass = cuda_tool("nvdisasm", cubin, "-c").splitlines()
+            lines = history_loop(sass)
             loop = opcodes(lines)
-            spills = sum(op in LOCAL_MEMORY for op in all_ops)
+            spills = sum(op in LOCAL_MEMORY for op in opcodes(sass))
             leading = ", ".join(f"{op} {n}" for op, n in collections.Counter(loop).most_common(args.top))
             shared = ", ".join(f"{op} {n}" for op, n in shared_memory_ops(lines).most_common())
             print(f"| {head_dim} | {k_bits}:{v_bits} | {cfg.block_n} | {registers(cubin)} | {spills} | {len(loop)} | "
