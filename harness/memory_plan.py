@@ -293,11 +293,13 @@ def requested_devices(cfg, device: str) -> tuple[str, list[str] | dict]:
     return "explicit", {str(k): pl.device_of(v) for k, v in OmegaConf.to_container(device_map).items()}
 
 
-def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str, int] | None = None) -> MemoryPlan:
-    """Placement and memory plan of a cell from its configs alone (the quantizer is checked on the config)."""
+def plan_cell(cfg, quantizer, device: str, use_kernels: bool, budgets: dict[str, int] | None = None,
+              config=None) -> MemoryPlan:
+    """Placement and memory plan of a cell from its configs alone (the quantizer is checked on the config);
+    `config`: the model's transformers config where the caller has read it already (else `model_config`)."""
     from harness.models import model_config, model_dtype
     from harness.random_model import meta_model
-    config = model_config(cfg.model)
+    config = model_config(cfg.model) if config is None else config
     quantizer.check(config)
     work = replace(cell_workload(cfg, device, use_kernels), packed_history=use_kernels and quantizer.stores_codes,
                    padding_mask=not device.startswith("cuda") or has_own_cache(quantizer))

@@ -217,10 +217,11 @@ def plan_memory(plan: CellPlan, device: str):
     from harness.seam import kernels_enabled
     from kernels.dispatch import unsupported_head_dim
     try:
-        head_dim = model_head_dim(model_config(plan.cfg.model))
+        config = model_config(plan.cfg.model)
+        head_dim = model_head_dim(config)
         use_kernels = kernels_enabled(torch.device(device_of(device)), str(plan.cfg.kernels), plan.quantizer,
                                       head_dim)
-        memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels)
+        memory = plan_cell(plan.cfg, plan.quantizer, device, use_kernels, config=config)
     except (ValueError, FileNotFoundError) as err:
         raise CellError(str(err)) from None
     no_build = unsupported_head_dim(head_dim)
