@@ -142,20 +142,31 @@ KIVI_TILES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
                      None),
     "kivi4-d128-tq2": (1, 8, 2, 2, 128, 256, 7, QuantSpec(bits=4, group=32, axis="channel"),
                        QuantSpec(bits=4, group=128), 2),
+    "kivi2-d64-tq4-splits3": (2, 6, 2, 4, 64, 512, 11, QuantSpec(bits=2, group=32, axis="channel"),
+                              QuantSpec(bits=2, group=32), 3),
+    "kivi2-d64-g1-short": (1, 2, 2, 1, 64, 32, 5, QuantSpec(bits=2, group=32, axis="channel"),
+                           QuantSpec(bits=2, group=64), None),
 }
 
 
+@pytest.mark.parametrize("token_pairs", [True, False])
 @pytest.mark.parametrize("name", KIVI_TILES)
-def test_channel_key_tiles_match_reference(name):
+def test_channel_key_tiles_match_reference(name, token_pairs):
     """DecodeConfig.channel_key_tiles: KIVI's per-channel keys on warp tiles, one 32-token key group per warp (the
     group's channel scales folded into the query), with histories that start and end inside a group (left
-    padding) and splits whose bounds cut groups, match the reference."""
+    padding) and splits whose bounds cut groups, match the reference; at head_dim 64 and 2 bits also over pair
+    rows (`_history_warp_channel_pairs`), with value groups of 32 (two per token) and 64, 16-row programs (GQA 3 x
+    T_q 4) and a history shorter than one group."""
     *shape, num_splits = KIVI_TILES[name]
     args, kw = make_inputs(*shape)
-    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, channel_key_tiles=True)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, channel_key_tiles=True,
+                       token_pairs=token_pairs)
     assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], shape[4])
-    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
-    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+    narrow = shape[4] * kw["k_spec"].bits // 8 == 16
+    assert uses_token_pairs(cfg, args[1], args[4], kw["k_spec"], kw["v_spec"], shape[4]) == (token_pairs and narrow)
+    if narrow or not token_pairs:
+        out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+        assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():

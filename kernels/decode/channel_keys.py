@@ -19,17 +19,21 @@ from kernels.decode.common import FIELD_TINY, TINY_SCALE
 # 35 % of copy (batch 8 / 32k; 23 -> 45 % at 32 / 100k); at 64 it lost (9 -> 7 %; results/bench/bench_formats_kivi.md)
 KEY_META_AHEAD_MIN_D = tl.constexpr(128)
 from kernels.decode.packed import _field, _query_fields
+from kernels.decode.pairs import _block_diagonal, _pair_group_meta, _pair_value_step, _store_pair_streams
 from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, \
     _warp_softmax_step
 
 
 @triton.jit
-def _channel_meta(s_ptr, z_ptr, groups, group_ok, stride_n, KP: tl.constexpr, KB: tl.constexpr):
+def _channel_meta(s_ptr, z_ptr, groups, group_ok, stride_n, KP: tl.constexpr, KB: tl.constexpr,
+                  COPIES: tl.constexpr = 1):
     """The channel (scale, zero) of each warp's key group for every field, in their stored dtype: a flat tuple
-    (s_0, z_0, s_1, z_1, ...) of [WARPS, KB] tensors (loaded a tile ahead of their use)."""
+    (s_0, z_0, s_1, z_1, ...) of [WARPS, COPIES * KB] tensors, the field's KB channels repeated COPIES times (2 for
+    the pair rows of `_history_warp_channel_pairs`)."""
     metas = ()
     for f in tl.static_range(KP):
-        ptrs = groups[:, None] * stride_n + f * KB + tl.arange(0, KB)[None, :]       # [WARPS, KB]
+        channels = tl.arange(0, COPIES * KB) % KB
+        ptrs = groups[:, None] * stride_n + f * KB + channels[None, :]                # [WARPS, COPIES * KB]
         metas = metas + (tl.load(s_ptr + ptrs, mask=group_ok[:, None], other=0.0),
                          tl.load(z_ptr + ptrs, mask=group_ok[:, None], other=0.0))
     return metas
@@ -104,3 +108,62 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
         v_meta = v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
+
+
+@triton.jit
+def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
+                                start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D: tl.constexpr,
+                                K_BITS: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
+                                BLOCK_N: tl.constexpr, WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """`_history_warp_channel_keys` over pair rows (pairs.py: two 16-byte tokens per 32-byte row, head_dim 64 at 2
+    bits, codes stored back to back), each warp's BLOCK_N / (2 * WARPS) pair rows one key group. The score MMA's
+    B operand is the block-diagonal query of pairs.py with both blocks scaled by the group's channel scales:
+        S2 [PW, 2R] = sum_f field_f(K pairs) [PW, 2KB] @ (Q2_f * [s_gf; s_gf]) [2KB, 2R] - [bias_g, bias_g]
+    and the values are pairs.py's, with each of a token's V_GROUP-coordinate groups scaling its own fields."""
+    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    KP: tl.constexpr = 8 // K_BITS
+    VP: tl.constexpr = 8 // V_BITS
+    KB: tl.constexpr = D // KP
+    VB: tl.constexpr = D // VP
+    VG: tl.constexpr = D // V_GROUP
+    PR: tl.constexpr = BLOCK_N // 2                                                  # pair rows per tile
+    PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp: one group
+    R: tl.constexpr = row_ok.shape[0]
+    q2 = ()
+    for f in tl.static_range(KP):
+        q2 = q2 + (_block_diagonal(tl.trans(qf[f]), KB, R),)                         # [2KB, 2R]
+    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, 2 * R, 2 * VB, VP, VG)            # acc: [WARPS, 2VB, 2R] each
+    sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
+    kb = tl.arange(0, 2 * KB)
+    vb = tl.arange(0, 2 * VB)
+    first = (start - start % (2 * PW)) // 2                                         # the first group's first pair
+    v_meta = _pair_group_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG)
+    for p0 in range(first, tl.cdiv(end, 2), PR):
+        pairs = p0 + sub                                                             # [WARPS, PW]
+        v_next = _pair_group_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG)   # a tile ahead
+        groups = p0 // PW + tl.arange(0, WARPS)                                      # [WARPS]
+        k_meta = _channel_meta(ks_ptr, kz_ptr, groups, groups * (2 * PW) < end, stride_ksn, KP, KB, 2)
+        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
+        packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
+                         other=0)                                                    # [WARPS, PW, 2KB]
+        for f in tl.static_range(KP - 1, -1, -1):
+            q_s, bias_f = _channel_scaled_query(q2[f], k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16)
+            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            if f == KP - 1:
+                dots = tl.dot(k, q_s)
+                bias = bias_f
+            else:
+                dots = tl.dot(k, q_s, dots)                                          # [WARPS, PW, 2R]
+                bias = bias + bias_f                                                 # [WARPS, 2R]
+        qk = dots * TINY_SCALE - bias[:, None, :]
+        token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
+        qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                        # alpha: [WARPS, 2R]
+        v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
+        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
+                         other=0)                                                    # [WARPS, 2VB, PW]
+        acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, VP // VG, FP16, ASM)
+        v_meta = v_next
+    _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG, WARPS,
+                        R, VB)

@@ -240,11 +240,13 @@ def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, hea
 def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Tensor, k_spec: QuantSpec,
                      v_spec: QuantSpec, head_dim: int) -> bool:
     """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
-    (head_dim 64 at 2 bits) stored back to back with one (scale, zero) per token, and each warp owns >= 16 pair
-    rows (the MMA's M and K)."""
+    (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K): with one
+    (scale, zero) per token, or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: one key group
+    per warp, channel_keys.py's `_history_warp_channel_pairs`)."""
     narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
+    layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
     return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
-            and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and single_group_layouts(k_spec, v_spec, head_dim))
+            and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and layouts)
 
 
 def _warp_rows(cfg: DecodeConfig, rows: int) -> int:

@@ -45,6 +45,15 @@ def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n):
 
 
 @triton.jit
+def _pair_group_meta(s_ptr, z_ptr, pairs, end, stride_n, GROUPS: tl.constexpr):
+    """`_pair_meta` of each of a token's GROUPS (scale, zero) groups: a tuple of GROUPS metas."""
+    metas = ()
+    for g in tl.static_range(GROUPS):
+        metas = metas + (_pair_meta(s_ptr + g, z_ptr + g, pairs, end, stride_n),)
+    return metas
+
+
+@triton.jit
 def _fold_key_meta(qk, q_sum2, meta, R: tl.constexpr):
     """Raw pair scores [W, PR, 2R] (TINY fields) -> s * (q.c * 2^24 - z * sum(q)) with each column's token's
     (scale, zero). Both parities are computed on the whole tile and selected: the [W, PR, 1] metadata then
@@ -63,6 +72,27 @@ def _scale_probs(p, meta, R: tl.constexpr):
     odd = (tl.arange(0, 2 * R) >= R)[None, None, :]
     pv = tl.where(odd, p * s_o, p * s_e)
     return pv, tl.where(odd, pv * z_o, pv * z_e)
+
+
+@triton.jit
+def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_BITS: tl.constexpr,
+                     V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """acc_f = alpha * acc_f + field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
+    pair tile packed [W, 2VB, PW] (P2'_g: p times the value scale of group g = f // V_FIELDS of each column's token,
+    in the dot dtype); pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta: `_pair_group_meta`'s tuple."""
+    VP: tl.constexpr = 8 // V_BITS
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    pv = ()
+    new_pz = ()
+    for g in tl.static_range(VP // V_FIELDS):
+        pv_g, pvz_g = _scale_probs(p, v_meta[g], R)                                  # [W, PW, 2R] each
+        pv = pv + (pv_g.to(dtype),)
+        new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pvz_g, axis=1),)
+    new_acc = ()
+    for f in tl.static_range(VP):
+        v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                         # [W, 2VB, PW]
+        new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
+    return new_acc, new_pz
 
 
 @triton.jit
@@ -130,26 +160,23 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
         packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
                          other=0)                                                    # [WARPS, 2VB, PW]
-        pv, pvz = _scale_probs(p, v_meta, R)                                         # [WARPS, PW, 2R] each
-        pz_sum = (pz_sum[0] * alpha + tl.sum(pvz, axis=1),)
-        pv = pv.to(dtype)
-        new_acc = ()
-        for f in tl.static_range(VP):
-            v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                     # [WARPS, 2VB, PW]
-            new_acc = new_acc + (tl.dot(v, pv, acc[f] * alpha[:, None, :]),)
-        acc = new_acc
+        acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, (v_meta,), R, V_BITS, VP, FP16, ASM)
         k_meta, v_meta = k_next, v_next
-    _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, WARPS, R, VB)
+    _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP, WARPS, R, VB)
 
 
 @triton.jit
 def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
-                        V_BITS: tl.constexpr, W: tl.constexpr, R: tl.constexpr, VB: tl.constexpr):
+                        V_BITS: tl.constexpr, V_FIELDS: tl.constexpr, W: tl.constexpr, R: tl.constexpr,
+                        VB: tl.constexpr):
     """The 2 * W (warp, parity) streams as warp_tiles.py's [2W, R] streams (the diagonal blocks of the value
     accumulators), merged and stored by its epilogue."""
     VP: tl.constexpr = 8 // V_BITS
     streams = ()
     for f in tl.static_range(VP):
         streams = streams + (_diagonal_blocks(acc[f], W, VB, R),)                    # [2W, VB, R]
-    _store_warp_streams(_unpair_streams(m_i, W, R), _unpair_streams(l_i, W, R), (_unpair_streams(pz_sum[0], W, R),),
-                        streams, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP)
+    pz = ()
+    for g in tl.static_range(VP // V_FIELDS):
+        pz = pz + (_unpair_streams(pz_sum[g], W, R),)
+    _store_warp_streams(_unpair_streams(m_i, W, R), _unpair_streams(l_i, W, R), pz, streams, row_ok, slot,
+                        part_o_ptr, part_lse_ptr, D, V_BITS, V_FIELDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.channel_keys import _history_warp_channel_keys
+from kernels.decode.channel_keys import _history_warp_channel_keys, _history_warp_channel_pairs
 from kernels.decode.common import _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.merge import _merge_if_last
@@ -35,7 +35,12 @@ def _decode_stage1_kernel(
                                    n_hist_splits, BLOCK_N)
         kc, vc = kc_ptr + b * stride_kcb + h * stride_kch, vc_ptr + b * stride_vcb + h * stride_vch
         k_meta, v_meta = b * stride_ksb + h * stride_ksh, b * stride_vsb + h * stride_vsh
-        if WARP_TILES and K_LAYOUT == 2:
+        if WARP_TILES and K_LAYOUT == 2 and TOKEN_PAIRS:
+            _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
+                                        vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
+                                        part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, V_GROUP, BLOCK_N, WARPS,
+                                        FP16, ASM_UNPACK)
+        elif WARP_TILES and K_LAYOUT == 2:
             _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                        vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
                                        stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,

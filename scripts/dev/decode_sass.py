@@ -5,6 +5,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
+    python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2 at head_dim 64: channel-key tiles with and without pairs
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
@@ -62,7 +63,8 @@ class Layout:
 
 
 LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64),
-           "kivi2": Layout(k_group=32, v_group=32, k_channel=True)}
+           "kivi2": Layout(k_group=32, v_group=32, k_channel=True),
+           "kivi2-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True)}
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
                  "vs_ptr": "*fp16", "vz_ptr": "*fp16", "fk_ptr": "*bf16", "fv_ptr": "*bf16", "hist_len_ptr": "*i32",
                  "fp_len_ptr": "*i32", "hist_start_ptr": "*i32", "fp_start_ptr": "*i32", "part_o_ptr": "*fp32",
@@ -166,23 +168,27 @@ def history_loop(lines: list[str]) -> list[str]:
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
     int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
-    tiles (one 32-token key group per warp)."""
+    tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles with and without token pairs."""
     layout = LAYOUTS[name]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
         return [default, replace(default, token_pairs=False)]
+    channel_tiles = replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
     if name == "kivi2":
-        return [default, replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)]
+        return [default, channel_tiles]
+    if name == "kivi2-d64":
+        return [channel_tiles, replace(channel_tiles, token_pairs=False)]
     row_major = replace(default, warp_tiles=False, block_n=128)
     return [replace(cfg, asm_unpack=asm) for cfg in (row_major, default) for asm in (False, True)]
 
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
+    pairs = cfg.token_pairs and layout.head_dim * BITS // 8 == 16
     if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
-        return "warp tiles, channel keys"
+        return "warp tiles, channel keys" + (", pairs" if pairs else "")
     if not (cfg.warp_tiles and layout.per_token):
         return "row-major"
-    return "warp tiles, pairs" if cfg.token_pairs and layout.head_dim * BITS // 8 == 16 else "warp tiles"
+    return "warp tiles, pairs" if pairs else "warp tiles"
 
 
 ORDERING = re.compile(r"\b(BAR\.SYNC|MEMBAR\.\w+\.\w+|ATOMG\.E\.\w+\.STRONG\.GPU|CCTL\.IVALL)")
