@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, TINY_SCALE
+from kernels.decode.common import FIELD_EXACT, FIELD_TINY, TINY_SCALE
 
 # head_dims from which the key channel metadata is loaded a tile ahead: on the H100 that took KIVI-2 at 128 from 19 % to
 # 35 % of copy (batch 8 / 32k; 23 -> 45 % at 32 / 100k); at 64 it lost (9 -> 7 %; results/bench/bench_formats_kivi.md)
@@ -65,9 +65,11 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     VG: tl.constexpr = D // V_GROUP
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS                                         # tokens per key group
     R: tl.constexpr = row_ok.shape[0]
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     q_t = ()
-    for f in tl.static_range(KP):
-        q_t = q_t + (tl.trans(qf[f]),)                                               # [KB, R]
+    for f in tl.static_range(KP):                                                    # true-scale q (2^(f*BITS) exact)
+        q_t = q_t + (tl.broadcast_to((tl.trans(qf[f]).to(tl.float32) * (1 << (f * K_BITS))).to(dtype)[None, :, :],
+                                     (WARPS, KB, R)),)                               # [WARPS, KB, R]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, VB, VP, VG)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]    # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
@@ -92,15 +94,11 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=stored[:, :, None],
                          other=0)                                                    # [WARPS, BLOCK_W, KB]
         for f in tl.static_range(KP - 1, -1, -1):
-            q_s, bias_f = _channel_scaled_query(q_t[f], k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16)
-            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            k = _dequant_channel_field(packed, k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16, ASM)
             if f == KP - 1:
-                dots = tl.dot(k, q_s)
-                bias = bias_f
+                qk = tl.dot(k, q_t[f])
             else:
-                dots = tl.dot(k, q_s, dots)                                          # [WARPS, BLOCK_W, R]
-                bias = bias + bias_f
-        qk = dots * TINY_SCALE - bias[:, None, :]
+                qk = tl.dot(k, q_t[f], qk)                                           # [WARPS, BLOCK_W, R]
         qk = tl.where(((offs_n >= start) & stored)[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=stored[:, None, :],
@@ -108,6 +106,17 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
         v_meta = v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
+
+
+@triton.jit
+def _dequant_channel_field(packed, s, z, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """Field f of a key tile packed [WARPS, N, C] dequantized with each warp's channel (scale, zero) s, z [WARPS, C]:
+    (code - zero) * scale in the dot dtype, the exact field times scale * 2^(-f*BITS) plus -scale * zero."""
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    s = s.to(tl.float32)
+    scale = (s * (1.0 / (1 << (f * BITS)))).to(dtype)[:, None, :]                    # [WARPS, 1, C]
+    shift = (-s * z.to(tl.float32)).to(dtype)[:, None, :]
+    return _field(packed, f, BITS, FP16, FIELD_EXACT, ASM) * scale + shift
 
 
 @triton.jit
@@ -129,9 +138,11 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     PR: tl.constexpr = BLOCK_N // 2                                                  # pair rows per tile
     PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp: one group
     R: tl.constexpr = row_ok.shape[0]
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     q2 = ()
-    for f in tl.static_range(KP):
-        q2 = q2 + (_block_diagonal(tl.trans(qf[f]), KB, R),)                         # [2KB, 2R]
+    for f in tl.static_range(KP):                                                    # true-scale q (2^(f*BITS) exact)
+        q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(qf[f]).to(tl.float32) * (1 << (f * K_BITS)), KB, R)
+                                   .to(dtype)[None, :, :], (WARPS, 2 * KB, 2 * R)),)  # [WARPS, 2KB, 2R]
     column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, 2 * R, 2 * VB, VP, VG)            # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
@@ -148,15 +159,11 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
         packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
                          other=0)                                                    # [WARPS, PW, 2KB]
         for f in tl.static_range(KP - 1, -1, -1):
-            q_s, bias_f = _channel_scaled_query(q2[f], k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16)
-            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
+            k = _dequant_channel_field(packed, k_meta[2 * f], k_meta[2 * f + 1], f, K_BITS, FP16, ASM)
             if f == KP - 1:
-                dots = tl.dot(k, q_s)
-                bias = bias_f
+                qk = tl.dot(k, q2[f])
             else:
-                dots = tl.dot(k, q_s, dots)                                          # [WARPS, PW, 2R]
-                bias = bias + bias_f                                                 # [WARPS, 2R]
-        qk = dots * TINY_SCALE - bias[:, None, :]
+                qk = tl.dot(k, q2[f], qk)                                            # [WARPS, PW, 2R]
         token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
         qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                        # alpha: [WARPS, 2R]
