@@ -156,11 +156,11 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
     group's channel scales folded into the query), with histories that start and end inside a group (left
     padding) and splits whose bounds cut groups, match the reference; at head_dim 64 and 2 bits also over pair
     rows (`_history_warp_channel_pairs`), with value groups of 32 (two per token) and 64, 16-row programs (GQA 3 x
-    T_q 4) and a history shorter than one group."""
+    T_q 4) and a history shorter than one group. The "splits3" cases give each warp two key groups (64 tokens)."""
     *shape, num_splits = KIVI_TILES[name]
     args, kw = make_inputs(*shape)
-    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, channel_key_tiles=True,
-                       token_pairs=token_pairs)
+    cfg = DecodeConfig(block_n=256 if name.endswith("splits3") else 128, block_f=32, num_warps=4, num_stages=1,
+                       warp_tiles=True, channel_key_tiles=True, token_pairs=token_pairs)
     assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], shape[4])
     narrow = shape[4] * kw["k_spec"].bits // 8 == 16
     assert uses_token_pairs(cfg, args[1], args[4], kw["k_spec"], kw["v_spec"], shape[4]) == (token_pairs and narrow)
@@ -186,12 +186,15 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     assert launch_config(128, True, "large", INT2[128], INT2[128]) == default_config(128, True)
 
 
-def test_channel_key_tiles_need_one_key_group_per_warp():
-    """A key group of 32 tokens needs 32-token warp sub-tiles; off unless the launch asks for it."""
+def test_channel_key_tiles_need_whole_key_groups_per_warp():
+    """Key groups of 32 tokens need warp sub-tiles of whole groups (32, 64, ... tokens); off unless the launch asks
+    for it."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True, channel_key_tiles=True)
     assert uses_warp_tiles(cfg, kivi_k, kivi_v, 128)
-    assert not uses_warp_tiles(replace(cfg, block_n=256), kivi_k, kivi_v, 128)
+    assert uses_warp_tiles(replace(cfg, block_n=256), kivi_k, kivi_v, 128)
+    assert not uses_warp_tiles(replace(cfg, block_n=64), kivi_k, kivi_v, 128)
+    assert not uses_warp_tiles(replace(cfg, block_n=128, num_warps=8), kivi_k, kivi_v, 128)
     assert not uses_warp_tiles(replace(cfg, channel_key_tiles=False), kivi_k, kivi_v, 128)
     assert not uses_warp_tiles(cfg, kivi_k, kivi_v, 256)          # value groups of 32 split head_dim 256's fields
 

@@ -222,10 +222,11 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
 
 
 def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
-    """Per-channel keys whose token group is exactly one warp's sub-tile (BLOCK_N / num_warps, >= 16: the MMA's M),
-    beside values in per-token whole-field groups: KIVI's layout on warp tiles (`DecodeConfig.channel_key_tiles`,
-    kernels/decode/channel_keys.py; `launch_config` takes it wherever it applies)."""
-    return (cfg.channel_key_tiles and k_spec.axis == "channel" and k_spec.group == cfg.block_n // cfg.num_warps
+    """Per-channel keys whose token groups (>= 16 tokens: the MMA's M) tile a warp's sub-tile (BLOCK_N / num_warps
+    tokens: one or more whole groups), beside values in per-token whole-field groups: KIVI's layout on warp tiles
+    (`DecodeConfig.channel_key_tiles`, kernels/decode/channel_keys.py; `launch_config` takes it wherever it
+    applies)."""
+    return (cfg.channel_key_tiles and k_spec.axis == "channel" and (cfg.block_n // cfg.num_warps) % k_spec.group == 0
             and k_spec.group >= 16 and _whole_field_groups(v_spec, head_dim))
 
 

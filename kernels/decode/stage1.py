@@ -38,13 +38,13 @@ def _decode_stage1_kernel(
         if WARP_TILES and K_LAYOUT == 2 and TOKEN_PAIRS:
             _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                         vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
-                                        part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, V_GROUP, BLOCK_N, WARPS,
-                                        FP16, ASM_UNPACK)
+                                        part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, K_GROUP, V_GROUP, BLOCK_N,
+                                        WARPS, FP16, ASM_UNPACK)
         elif WARP_TILES and K_LAYOUT == 2:
             _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                        vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
                                        stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
-                                       V_GROUP, BLOCK_N, WARPS, FP16, ASM_UNPACK)
+                                       K_GROUP, V_GROUP, BLOCK_N, WARPS, FP16, ASM_UNPACK)
         elif TOKEN_PAIRS:
             _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                 vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,

@@ -177,7 +177,7 @@ def variants(name: str) -> list[DecodeConfig]:
     if name == "kivi2":
         return [default, channel_tiles]
     if name == "kivi2-d64":
-        return [channel_tiles, replace(channel_tiles, token_pairs=False)]
+        return [channel_tiles, replace(channel_tiles, block_n=256), replace(channel_tiles, token_pairs=False)]
     row_major = replace(default, warp_tiles=False, block_n=128)
     return [replace(cfg, asm_unpack=asm) for cfg in (row_major, default) for asm in (False, True)]
 
