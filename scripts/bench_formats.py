@@ -9,7 +9,8 @@ Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `
 group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
 rows with an fp16 key norm; kivi2 runs its default launch (`launch_config`: per-channel keys on warp tiles, one
-32-token key group per warp), kivi2_rowmajor the same format on the row-major loop that was its default before. The history is random stored parts of the format's shapes (`part_shapes`: random code
+32-token key group per warp), kivi2_rowmajor the same format on the row-major loop that was its default before;
+kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's shapes (`part_shapes`: random code
 bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as bench_kernels.py uses; timings are
 CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the
 same run. "of copy" divides the bytes the call must move (every stored part, the BF16 segment, q and out) by the
@@ -39,8 +40,9 @@ from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
-           "kivi2_rowmajor": "kivi2"}
-LAUNCH_CHANGES = {"kivi2_rowmajor": {}}   # changes of default_config (which never puts channel keys on warp tiles)
+           "kivi2_rowmajor": "kivi2", "kivi4": "kivi4", "kivi4_rowmajor": "kivi4"}
+LAUNCH_CHANGES = {"kivi2_rowmajor": {}, "kivi4_rowmajor": {}}   # changes of default_config (which never puts
+                                                                # channel keys on warp tiles)
 
 
 def random_parts(ops, shape: list[int], spec) -> tuple[torch.Tensor, ...]:

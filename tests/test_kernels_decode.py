@@ -146,6 +146,10 @@ KIVI_TILES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
                               QuantSpec(bits=2, group=32), 3),
     "kivi2-d64-g1-short": (1, 2, 2, 1, 64, 32, 5, QuantSpec(bits=2, group=32, axis="channel"),
                            QuantSpec(bits=2, group=64), None),
+    "kivi4-d128-value-blocks": (2, 8, 2, 1, 128, 288, 9, QuantSpec(bits=4, group=32, axis="channel"),
+                                QuantSpec(bits=4, group=32), 2),
+    "kivi2-d256-value-blocks": (1, 4, 1, 2, 256, 192, 7, QuantSpec(bits=2, group=32, axis="channel"),
+                                QuantSpec(bits=2, group=32), None),
 }
 
 
@@ -156,7 +160,8 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
     group's channel scales folded into the query), with histories that start and end inside a group (left
     padding) and splits whose bounds cut groups, match the reference; at head_dim 64 and 2 bits also over pair
     rows (`_history_warp_channel_pairs`), with value groups of 32 (two per token) and 64, 16-row programs (GQA 3 x
-    T_q 4) and a history shorter than one group. The "splits3" cases give each warp two key groups (64 tokens)."""
+    T_q 4) and a history shorter than one group. The "splits3" cases give each warp two key groups (64 tokens); the
+    "value-blocks" cases hold value groups narrower than a field (32 of a field's 64 coordinates: row blocks)."""
     *shape, num_splits = KIVI_TILES[name]
     args, kw = make_inputs(*shape)
     cfg = DecodeConfig(block_n=256 if name.endswith("splits3") else 128, block_f=32, num_warps=4, num_stages=1,
@@ -201,7 +206,8 @@ def test_channel_key_tiles_need_whole_key_groups_per_warp():
     assert not uses_warp_tiles(replace(cfg, block_n=64), kivi_k, kivi_v, 128)
     assert not uses_warp_tiles(replace(cfg, block_n=128, num_warps=8), kivi_k, kivi_v, 128)
     assert not uses_warp_tiles(replace(cfg, channel_key_tiles=False), kivi_k, kivi_v, 128)
-    assert not uses_warp_tiles(cfg, kivi_k, kivi_v, 256)          # value groups of 32 split head_dim 256's fields
+    assert uses_warp_tiles(cfg, kivi_k, kivi_v, 256)              # value groups of 32: row blocks of a field
+    assert not uses_warp_tiles(cfg, kivi_k, QuantSpec(bits=2, group=8), 128)      # blocks under the MMA's 16 rows
 
 
 def test_groups_narrower_than_a_field_take_the_row_major_loop():

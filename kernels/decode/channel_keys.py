@@ -18,7 +18,7 @@ import triton.language as tl
 from kernels.decode.common import FIELD_EXACT
 from kernels.decode.packed import _field, _query_fields
 from kernels.decode.pairs import _block_diagonal, _pair_group_meta, _pair_value_step, _store_pair_streams
-from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, \
+from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, _value_tiles, \
     _warp_softmax_step
 
 # head_dims from which the key channel metadata is loaded a tile ahead: on the H100 that took KIVI-2 at 128 from 19 % to
@@ -103,11 +103,9 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     """Tokens [start, end) of one KV head in group-aligned tiles of BLOCK_N tokens, warp w owning the BLOCK_N / WARPS
     tokens of key groups from n0 / K_GROUP + w * GW on (tokens outside [start, end) masked); stores o and lse like
     the other history loops."""
-    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    qf, _ = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
-    VP: tl.constexpr = 8 // V_BITS
     KB: tl.constexpr = D // KP
-    VB: tl.constexpr = D // VP
     VG: tl.constexpr = D // V_GROUP
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS                                         # tokens per warp
     GW: tl.constexpr = BLOCK_W // K_GROUP                                            # key groups per warp
@@ -116,10 +114,9 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     q_t = ()
     for f in tl.static_range(KP):
         q_t = q_t + (tl.broadcast_to(q_true[f][None, :, :], (WARPS, KB, R)),)          # [WARPS, KB, R]
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, VB, VP, VG)
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]    # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
-    vb = tl.arange(0, VB)
     first = start - start % K_GROUP
     v_meta = _group_meta(vs_ptr, vz_ptr, first + sub, first + sub < end, stride_vsn, VG)
     if D >= KEY_META_AHEAD_MIN_D:                                                   # the first tile's, ahead
@@ -140,11 +137,10 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         qk = _key_dots(packed, k_meta, q_t, K_BITS, GW, K_GROUP, FP16, ASM)          # [WARPS, BLOCK_W, R]
         qk = tl.where(((offs_n >= start) & stored)[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=stored[:, None, :],
-                         other=0)                                                    # [WARPS, VB, BLOCK_W]
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, VP // VG, FP16, ASM)
+        tiles = _value_tiles(vc_ptr, offs_n, stored, stride_vcn, D, V_BITS, V_GROUP)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
         v_meta = v_next
-    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG)
+    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 
 
 @triton.jit
@@ -159,7 +155,7 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     against pairs.py's block-diagonal query:
         S2 [PW, 2R] = sum_f ((field_f(K pairs) - [z_gf, z_gf]) * [s_gf, s_gf]) [PW, 2KB] @ Q2_f [2KB, 2R]
     and the values are pairs.py's, with each of a token's V_GROUP-coordinate groups scaling its own fields."""
-    qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
+    qf, _ = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
     VP: tl.constexpr = 8 // V_BITS
     KB: tl.constexpr = D // KP
@@ -175,7 +171,7 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     for f in tl.static_range(KP):
         q2 = q2 + (tl.broadcast_to(_block_diagonal(q_true[f], KB, R)[None, :, :], (WARPS, 2 * KB, 2 * R)),)
     column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, 2 * R, 2 * VB, VP, VG)            # acc: [WARPS, 2VB, 2R] each
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP, 2)        # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
     vb = tl.arange(0, 2 * VB)

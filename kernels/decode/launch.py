@@ -214,6 +214,15 @@ def _whole_field_groups(spec: QuantSpec, head_dim: int) -> bool:
     return spec.axis == "token" and spec.group % (head_dim * spec.container_bits // 8) == 0
 
 
+def _value_row_blocks(spec: QuantSpec, head_dim: int) -> bool:
+    """Token-axis value groups that warp tiles serve: whole fields, or >= 16 coordinates (the value MMA's M) that
+    divide a field, each group then one row block of the field's bytes (`kernels/decode/warp_tiles.py`'s
+    `_value_tiles`: KIVI's groups of 32 at head_dim 256 and 2 bits, or at head_dim 128 and 4 bits)."""
+    field = head_dim * spec.container_bits // 8
+    return _whole_field_groups(spec, head_dim) or (spec.axis == "token" and field % spec.group == 0
+                                                   and spec.group >= 16)
+
+
 def wide_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """K and V both store 4-bit codes at head_dim 128: 64 bytes per token and head, twice INT2's (head_dim 256 at 2
     bits has 64 bytes too, but its own tile: `default_config`; only this case was swept)."""
@@ -228,11 +237,12 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
 
 def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """Per-channel keys whose token groups (>= 16 tokens: the MMA's M) tile a warp's sub-tile (BLOCK_N / num_warps
-    tokens: one or more whole groups), beside values in per-token whole-field groups: KIVI's layout on warp tiles
+    tokens: one or more whole groups), beside per-token value groups of whole fields or row blocks
+    (`_value_row_blocks`): KIVI's layout on warp tiles
     (`DecodeConfig.channel_key_tiles`, kernels/decode/channel_keys.py; `launch_config` takes it wherever it
     applies)."""
     return (cfg.channel_key_tiles and k_spec.axis == "channel" and (cfg.block_n // cfg.num_warps) % k_spec.group == 0
-            and k_spec.group >= 16 and _whole_field_groups(v_spec, head_dim))
+            and k_spec.group >= 16 and _value_row_blocks(v_spec, head_dim))
 
 
 def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:

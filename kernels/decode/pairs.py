@@ -133,7 +133,7 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                                    (WARPS, 2 * KB, 2 * R)),)                           # [WARPS, 2KB, 2R]
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
     column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, 2 * R, 2 * VB, VP, 1)             # acc: [WARPS, 2VB, 2R] each
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2)              # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
     vb = tl.arange(0, 2 * VB)
@@ -179,4 +179,4 @@ def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
     for g in tl.static_range(VP // V_FIELDS):
         pz = pz + (_unpair_streams(pz_sum[g], W, R),)
     _store_warp_streams(_unpair_streams(m_i, W, R), _unpair_streams(l_i, W, R), pz, streams, row_ok, slot,
-                        part_o_ptr, part_lse_ptr, D, V_BITS, V_FIELDS)
+                        part_o_ptr, part_lse_ptr, D, V_BITS, VB * V_FIELDS)

@@ -50,27 +50,24 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     value codes are loaded transposed ([VB, BLOCK_W] pointers) so that they stay in the cp.async pipeline. The
     fields are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the scales.
     Each tile's per-token (scale, zero) pairs are loaded one tile ahead. K_GROUP / V_GROUP: coordinates per
-    (scale, zero) group, a multiple of the field width D * bits / 8 (D: one group, the single-group layout).
+    (scale, zero) group, a multiple of the field width D * bits / 8 (D: one group, the single-group layout); the
+    value helpers also serve V_GROUP narrower than a field (`_value_tiles`).
     """
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
-    VP: tl.constexpr = 8 // V_BITS
     KB: tl.constexpr = D // KP
-    VB: tl.constexpr = D // VP
     KG: tl.constexpr = D // K_GROUP                                                 # groups per token
     VG: tl.constexpr = D // V_GROUP
     K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
-    V_FIELDS: tl.constexpr = VP // VG
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
     q_sums = _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D, KG, FP16)
     q_t = ()
     for f in tl.static_range(KP):
         q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, VB, VP, VG)
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     kb = tl.arange(0, KB)
-    vb = tl.arange(0, VB)
     k_meta = _group_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn, KG)  # [WARPS, BLOCK_W, 2] each
     v_meta = _group_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn, VG)
     for n0 in range(start, end, BLOCK_N):
@@ -96,24 +93,44 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                 qk = qk + scores
         qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        packed = tl.load(vc_ptr + offs_n[:, None, :] * stride_vcn + vb[None, :, None], mask=mask_n[:, None, :],
-                         other=0)                                                   # [WARPS, VB, BLOCK_W]
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS, V_FIELDS, FP16, ASM)
+        tiles = _value_tiles(vc_ptr, offs_n, mask_n, stride_vcn, D, V_BITS, V_GROUP)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
         k_meta, v_meta = k_next, v_next
-    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_FIELDS)
+    _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 
 
 @triton.jit
-def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, VB: tl.constexpr, VP: tl.constexpr, VG: tl.constexpr):
-    """The (warp, query row) softmax streams before any token: running max -inf and sum 0 [WARPS, R], per value
-    group sum P' * zero [WARPS, R], per value field accumulator [WARPS, VB, R]."""
+def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, D: tl.constexpr, V_BITS: tl.constexpr,
+                   V_GROUP: tl.constexpr, PAIRED: tl.constexpr = 1):
+    """The (warp, query row) softmax streams before any token: running max -inf and sum 0 [WARPS, PAIRED * R], per
+    value group sum P' * zero [WARPS, PAIRED * R], per value field and row block (`_value_tiles`) accumulator
+    [WARPS, PAIRED * rows, PAIRED * R] (PAIRED = 2: pairs.py's pair rows and block-diagonal columns)."""
+    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
+    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
     pz_sum = ()
-    for g in tl.static_range(VG):
-        pz_sum = pz_sum + (tl.zeros((WARPS, R), tl.float32),)
+    for g in tl.static_range(D // V_GROUP):
+        pz_sum = pz_sum + (tl.zeros((WARPS, PAIRED * R), tl.float32),)
     acc = ()
-    for f in tl.static_range(VP):
-        acc = acc + (tl.zeros((WARPS, VB, R), tl.float32),)
-    return tl.full((WARPS, R), float("-inf"), tl.float32), tl.zeros((WARPS, R), tl.float32), pz_sum, acc
+    for u in tl.static_range(8 // V_BITS * BLOCKS):
+        acc = acc + (tl.zeros((WARPS, PAIRED * ROWS, PAIRED * R), tl.float32),)
+    m_i = tl.full((WARPS, PAIRED * R), float("-inf"), tl.float32)
+    return m_i, tl.zeros((WARPS, PAIRED * R), tl.float32), pz_sum, acc
+
+
+@triton.jit
+def _value_tiles(vc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
+    """One transposed value tile of tokens offs_n [WARPS, BLOCK_W]: a tuple of [WARPS, ROWS, BLOCK_W] code tiles, a
+    field's D * bits / 8 bytes in one block, or in one block per (scale, zero) group where the groups are narrower
+    than a field (a group's coordinates are the field's bytes); transposed so that they stay in the cp.async
+    pipeline."""
+    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
+    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    tiles = ()
+    for j in tl.static_range(BLOCKS):
+        rows = j * ROWS + tl.arange(0, ROWS)
+        tiles = tiles + (tl.load(vc_ptr + offs_n[:, None, :] * stride_n + rows[None, :, None],
+                                 mask=mask_n[:, None, :], other=0),)                # [WARPS, rows, BLOCK_W]
+    return tiles
 
 
 @triton.jit
@@ -128,38 +145,45 @@ def _warp_softmax_step(qk, m_i, l_i):
 
 
 @triton.jit
-def _value_step(acc, pz_sum, p, alpha, packed, v_meta, V_BITS: tl.constexpr, V_FIELDS: tl.constexpr,
+def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
                 FP16: tl.constexpr, ASM: tl.constexpr):
-    """acc_f = alpha * acc_f + V_f^T @ P'_g (P'_g = p x group g's value scale, fp16) for every field of one
-    transposed value tile packed [WARPS, VB, BLOCK_W]; pz_sum_g = alpha * pz_sum_g + sum P'_g * zero_g."""
-    VP: tl.constexpr = 8 // V_BITS
+    """acc_u = alpha * acc_u + V_u^T @ P'_g for every field f and row block j (u = f * blocks + j) of one transposed
+    value tile (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g = alpha *
+    pz_sum_g + sum P'_g * zero_g."""
+    VB: tl.constexpr = D * V_BITS // 8
+    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
+    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     pv = ()
     new_pz = ()
-    for g in tl.static_range(VP // V_FIELDS):
+    for g in tl.static_range(D // V_GROUP):
         s, z = _split_meta(v_meta[g])
         pv_g = (p * s[:, :, None]).to(dtype)                                        # [WARPS, BLOCK_W, R]
         pv = pv + (pv_g,)
         new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
     new_acc = ()
-    for f in tl.static_range(VP):
-        v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                        # [WARPS, VB, BLOCK_W]
-        new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
+    for f in tl.static_range(8 // V_BITS):
+        for j in tl.static_range(BLOCKS):
+            v = _field(tiles[j], f, V_BITS, FP16, FIELD_TINY, ASM)                  # [WARPS, rows, BLOCK_W]
+            new_acc = new_acc + (tl.dot(v, pv[(f * VB + j * ROWS) // V_GROUP], acc[f * BLOCKS + j] * alpha[:, None, :]),)
     return new_acc, new_pz
 
 
 @triton.jit
 def _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
-                        V_BITS: tl.constexpr, V_FIELDS: tl.constexpr):
+                        V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
     """Merge the [WARPS, R] softmax streams of each query row; store the normalized o and the lse."""
-    VP: tl.constexpr = 8 // V_BITS
-    VB: tl.constexpr = D // VP
-    vb = tl.arange(0, VB)
+    VB: tl.constexpr = D * V_BITS // 8
+    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
+    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    rows = tl.arange(0, ROWS)
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
-    for f in tl.static_range(VP):
-        pz = tl.sum(pz_sum[f // V_FIELDS] * weight, axis=0)                         # [R]
-        out = tl.sum(acc[f] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS))) - pz[None, :]
-        tl.store(part_o_ptr + slot[None, :] * D + f * VB + vb[:, None], out / l_safe[None, :],
-                 mask=row_ok[None, :])
+    for f in tl.static_range(8 // V_BITS):
+        for j in tl.static_range(BLOCKS):
+            pz = tl.sum(pz_sum[(f * VB + j * ROWS) // V_GROUP] * weight, axis=0)    # [R]
+            out = tl.sum(acc[f * BLOCKS + j] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS)))
+            coords = f * VB + j * ROWS + rows                                       # [ROWS]
+            tl.store(part_o_ptr + slot[None, :] * D + coords[:, None], (out - pz[None, :]) / l_safe[None, :],
+                     mask=row_ok[None, :])
