@@ -175,21 +175,23 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
 
 
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
-    """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-128, every grid size (timed there,
-    bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows); head_dim 256, other key groups,
+    """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
+    bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256; other key groups,
     per-token keys, 16 query rows at head_dim 64 and the interpreter keep their launch."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
-    for head_dim in (64, 128):
+    for head_dim in (64, 128, 256):
         for grid in GRIDS:
             cfg = launch_config(head_dim, True, grid, kivi_k, kivi_v)
             assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi_k, kivi_v, head_dim)
             tokens_per_warp = 64 if head_dim == 64 else 32      # pair rows at head_dim 64: two key groups a warp
             assert cfg.block_n // cfg.num_warps == tokens_per_warp
-            assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False, block_n=128) == \
-                replace(default_config(head_dim, True, grid, False), warp_tiles=False, asm_unpack=False)
+            assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False, block_n=0,
+                           num_warps=0) == replace(default_config(head_dim, True, grid, False), warp_tiles=False,
+                                                   asm_unpack=False, block_n=0, num_warps=0)
     wide_rows = launch_config(64, True, "small", kivi_k, kivi_v, rows=16)     # 16 rows: no pair-row tiles
     assert wide_rows == default_config(64, True, "small", False, rows=16)
-    assert launch_config(256, True, "large", kivi_k, kivi_v) == default_config(256, True, "large", False)
+    kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
+    assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
     odd = QuantSpec(bits=2, group=64, axis="channel")
     assert launch_config(128, True, "large", odd, kivi_v) == default_config(128, True, "large", False)
     assert launch_config(128, False, "large", kivi_k, kivi_v) == default_config(128, False)
