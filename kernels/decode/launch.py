@@ -154,8 +154,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     head_dim 64 and 2 bits (pair rows, up to WARP_TILE_ROWS rows) two key groups per warp: 256-token tiles took
     KIVI-2 there from 0.72-0.89x to 1.05-2.05x SDPA (13-16 % -> 15-39 % of copy, results/bench/bench_formats_kivi.md),
     where at head_dim 128 they were slower (1.37x -> 0.84x at batch 1 / 32k); at head_dim 256 (value groups of 32
-    as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.65-0.68x ->
-    1.04-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
+    as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.63-0.68x ->
+    1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
