@@ -17,7 +17,7 @@ import triton.language as tl
 
 from kernels.decode.common import FIELD_EXACT
 from kernels.decode.packed import _field, _query_fields
-from kernels.decode.pairs import _block_diagonal, _pair_group_meta, _pair_value_step, _store_pair_streams
+from kernels.decode.pairs import _block_diagonal, _pair_attend, _pair_meta, _store_pair_streams
 from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, _value_tiles, \
     _warp_softmax_step
 
@@ -170,28 +170,21 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     q2 = ()
     for f in tl.static_range(KP):
         q2 = q2 + (tl.broadcast_to(_block_diagonal(q_true[f], KB, R)[None, :, :], (WARPS, 2 * KB, 2 * R)),)
-    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP, 2)        # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
-    vb = tl.arange(0, 2 * VB)
     first = (start - start % K_GROUP) // 2                                           # the first group's first pair
-    v_meta = _pair_group_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG)
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
-        v_next = _pair_group_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG)   # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG)   # a tile ahead
         k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
         packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
                          other=0)                                                    # [WARPS, PW, 2KB]
         qk = _key_dots(packed, k_meta, q2, K_BITS, GW, GROUP_ROWS, FP16, ASM)        # [WARPS, PW, 2R]
-        token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
-        qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
-        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                        # alpha: [WARPS, 2R]
-        v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
-        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
-                         other=0)                                                    # [WARPS, 2VB, PW]
-        acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, VP // VG, FP16, ASM)
+        m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
+                                             V_BITS, VP // VG, FP16, ASM)
         v_meta = v_next
     _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG, WARPS,
                         R, VB)

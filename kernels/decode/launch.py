@@ -31,7 +31,7 @@ class DecodeConfig:
     asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
     merge_block: int = 16     # splits merged per iteration of stage 2
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
-    token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (`_history_warp_pairs`)
+    token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py; KIVI: channel_keys.py)
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)

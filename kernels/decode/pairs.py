@@ -34,22 +34,17 @@ def _block_diagonal(x, KB: tl.constexpr, R: tl.constexpr):
 
 
 @triton.jit
-def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n):
-    """(scale, zero) of both tokens of every pair row: four [..., 1] tensors s_even, z_even, s_odd, z_odd (fp32)."""
+def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n, GROUPS: tl.constexpr):
+    """(scale, zero) of both tokens of every pair row for each of a token's GROUPS groups: a tuple of GROUPS tuples of
+    four [..., 1] tensors s_even, z_even, s_odd, z_odd (fp32)."""
     even = 2 * tl.expand_dims(pairs, -1)
-    s_e = tl.load(s_ptr + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
-    z_e = tl.load(z_ptr + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
-    s_o = tl.load(s_ptr + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
-    z_o = tl.load(z_ptr + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
-    return s_e, z_e, s_o, z_o
-
-
-@triton.jit
-def _pair_group_meta(s_ptr, z_ptr, pairs, end, stride_n, GROUPS: tl.constexpr):
-    """`_pair_meta` of each of a token's GROUPS (scale, zero) groups: a tuple of GROUPS metas."""
     metas = ()
     for g in tl.static_range(GROUPS):
-        metas = metas + (_pair_meta(s_ptr + g, z_ptr + g, pairs, end, stride_n),)
+        s_e = tl.load(s_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+        z_e = tl.load(z_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+        s_o = tl.load(s_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+        z_o = tl.load(z_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+        metas = metas + ((s_e, z_e, s_o, z_o),)
     return metas
 
 
@@ -79,7 +74,7 @@ def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_B
                      V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_f = alpha * acc_f + field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
     pair tile packed [W, 2VB, PW] (P2'_g: p times the value scale of group g = f // V_FIELDS of each column's token,
-    in the dot dtype); pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta: `_pair_group_meta`'s tuple."""
+    in the dot dtype); pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta: `_pair_meta`'s tuple."""
     VP: tl.constexpr = 8 // V_BITS
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     pv = ()
@@ -93,6 +88,24 @@ def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_B
         v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                         # [W, 2VB, PW]
         new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
     return new_acc, new_pz
+
+
+@triton.jit
+def _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R: tl.constexpr, VB: tl.constexpr,
+                 V_BITS: tl.constexpr, V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """One pair tile after its scores qk [W, PW, 2R]: tokens outside [start, end) masked, the online-softmax step of
+    every (warp, parity) stream, the value pair rows of `pairs` [W, PW] loaded and accumulated
+    (`_pair_value_step`) -> the new m_i, l_i, acc, pz_sum."""
+    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
+    token = 2 * pairs[:, :, None] + column_parity                                    # [W, PW, 2R]
+    qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
+    p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                            # alpha: [W, 2R]
+    vb = tl.arange(0, 2 * VB)
+    v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                        # [W, 2VB, PW]
+    packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
+                     other=0)                                                        # [W, 2VB, PW]
+    acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, V_FIELDS, FP16, ASM)
+    return m_i, l_i, acc, pz_sum
 
 
 @triton.jit
@@ -132,18 +145,16 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(qf[f]), KB, R).to(dtype)[None, :, :],
                                    (WARPS, 2 * KB, 2 * R)),)                           # [WARPS, 2KB, 2R]
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
-    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2)              # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
-    vb = tl.arange(0, 2 * VB)
     first = start // 2
-    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn)                # [WARPS, PW, 4]
-    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn)
+    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1)
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
-        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn)            # a tile ahead
-        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn)
+        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1)         # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
         packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
                          other=0)                                                    # [WARPS, PW, 2KB]
@@ -153,14 +164,9 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                 qk = tl.dot(k, q2[f])
             else:
                 qk = tl.dot(k, q2[f], qk)                                            # [WARPS, PW, 2R]
-        qk = _fold_key_meta(qk, q_sum2, k_meta, R)
-        token = 2 * pairs[:, :, None] + column_parity                                # [WARPS, PW, 2R]
-        qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
-        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                        # alpha: [WARPS, 2R]
-        v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [WARPS, 2VB, PW]
-        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
-                         other=0)                                                    # [WARPS, 2VB, PW]
-        acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, (v_meta,), R, V_BITS, VP, FP16, ASM)
+        qk = _fold_key_meta(qk, q_sum2, k_meta[0], R)
+        m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
+                                             V_BITS, VP, FP16, ASM)
         k_meta, v_meta = k_next, v_next
     _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP, WARPS, R, VB)
 
