@@ -18,7 +18,8 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
-                            default_config, launch_config, per_token_layouts, uses_token_pairs, uses_warp_tiles)
+                            default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
+                            uses_warp_tiles)
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -422,6 +423,30 @@ def test_gpu_default_launch_matches_reference(name, batch):
     args, kw = make_inputs(batch, 32, 8, 1, 128, 704, 30, k_spec, v_spec)  # KIVI keys: whole 32-token groups
     out = decode_attention(*args, **kw)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="programmatic dependent launch exists on a CUDA device only")
+@pytest.mark.parametrize("batch, n_hist", [(1, 900), (6, 4000)])
+def test_stage2_as_dependent_launch_gives_the_same_output(batch, n_hist):
+    """Stage 2 as a programmatic dependent launch (DecodeConfig.pdl, Hopper on: it waits for stage 1 by
+    griddepcontrol) merges exactly what a plain launch merges, eagerly and replayed as a CUDA graph."""
+    args, kw = make_inputs(batch, 32, 8, 1, 128, n_hist, 30, INT2[128], INT2[128])
+    plain = decode_attention(*args, **kw, config=replace(default_config(128, True), pdl=False))
+    assert uses_pdl(default_config(128, True), args[0].device, True) == (torch.cuda.get_device_capability()[0] >= 9)
+    graph = torch.cuda.CUDAGraph()
+    decode_attention(*args, **kw)                                             # compiled before the capture
+    with torch.cuda.graph(graph):
+        replayed = decode_attention(*args, **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(decode_attention(*args, **kw), plain) and torch.equal(replayed, plain)
+
+
+def test_stage2_dependent_launch_only_where_it_exists():
+    """No programmatic dependent launch off the GPU or when the launch turns it off."""
+    assert not uses_pdl(default_config(128, False), torch.device("cpu"), False)
+    assert not uses_pdl(replace(default_config(128, True), pdl=False), torch.device("cuda", 0), True)
 
 
 def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ class DecodeConfig:
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
+    pdl: bool = True  # on Hopper and later GPUs stage 2 is a programmatic dependent launch of stage 1 (merge.py)
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
                                  # `_merge_if_last`): one launch per call; on the H100 no faster at batch 1 / 1k
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
@@ -349,11 +350,23 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     stage1((n_splits, units, row_blocks), part_o, part_lse, hist_splits, fp_splits, out, counters)
     if single_launch:
         return out
+    pdl = uses_pdl(cfg, q.device, on_gpu)
     _decode_stage2_kernel[(units, n_rows)](
         part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
-        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, num_warps=4,
+        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, PDL=pdl, num_warps=4, launch_pdl=pdl,
     )
     return out
+
+
+def uses_pdl(cfg: DecodeConfig, device: torch.device, on_gpu: bool) -> bool:
+    """Stage 2 launches as a programmatic dependent of stage 1 (cfg.pdl) on GPUs that have it (compute capability
+    9.0 on: griddepcontrol), never under the interpreter."""
+    return cfg.pdl and on_gpu and _compute_major(device.index or 0) >= 9
+
+
+@lru_cache(maxsize=None)
+def _compute_major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
 
 
 def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
@@ -391,7 +404,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
             WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
-            SINGLE_LAUNCH=counters is not None, num_warps=cfg.num_warps,
+            SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+
 
 @triton.jit
 def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, n_splits, kv_heads, q_tokens, n_rows,
                           stride_ob, stride_oh, stride_ot,
-                          GROUP: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Merge the splits of one query row: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)."""
+                          GROUP: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    """Merge the splits of one query row: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+
+    PDL: launched as a programmatic dependent of stage 1 (`launch_pdl`), its programs start while stage 1's last
+    programs run and wait for stage 1's results (griddepcontrol.wait) before the first load."""
     bh = tl.program_id(0)
     row = tl.program_id(1)
     d = tl.arange(0, D)
+    if PDL:
+        gdc_wait()
     m = tl.full((), float("-inf"), tl.float32)
     den = tl.zeros((), tl.float32)
     acc = tl.zeros((D,), tl.float32)

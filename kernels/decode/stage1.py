@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from kernels.decode.channel_keys import _history_warp_channel_keys, _history_warp_channel_pairs
 from kernels.decode.common import _program_rows, _split_bounds
@@ -26,8 +27,10 @@ def _decode_stage1_kernel(
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
     WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
-    ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr,
+    ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:                                              # stage 2's programs may be scheduled once all of ours run
+        gdc_launch_dependents()
     split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
                                                            stride_qb, stride_qh, stride_qt, GROUP, BLOCK_R)
     if split < n_hist_splits:
