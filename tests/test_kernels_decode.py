@@ -432,15 +432,16 @@ def test_stage2_as_dependent_launch_gives_the_same_output(batch, n_hist):
     """Stage 2 as a programmatic dependent launch (DecodeConfig.pdl, Hopper on: it waits for stage 1 by
     griddepcontrol) merges exactly what a plain launch merges, eagerly and replayed as a CUDA graph."""
     args, kw = make_inputs(batch, 32, 8, 1, 128, n_hist, 30, INT2[128], INT2[128])
-    plain = decode_attention(*args, **kw, config=replace(default_config(128, True), pdl=False))
-    assert uses_pdl(default_config(128, True), args[0].device, True) == (torch.cuda.get_device_capability()[0] >= 9)
+    cfg = default_config(128, True)
+    plain = decode_attention(*args, **kw, config=replace(cfg, pdl=False))
+    assert uses_pdl(cfg, args[0].device, True) == (torch.cuda.get_device_capability()[0] >= 9)
+    dependent = decode_attention(*args, **kw, config=cfg)                     # also compiles before the capture
     graph = torch.cuda.CUDAGraph()
-    decode_attention(*args, **kw)                                             # compiled before the capture
     with torch.cuda.graph(graph):
-        replayed = decode_attention(*args, **kw)
+        replayed = decode_attention(*args, **kw, config=cfg)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(decode_attention(*args, **kw), plain) and torch.equal(replayed, plain)
+    assert torch.equal(dependent, plain) and torch.equal(replayed, plain)
 
 
 def test_stage2_dependent_launch_only_where_it_exists():
