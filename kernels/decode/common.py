@@ -63,13 +63,3 @@ def _load_query(q_ptr, q_rows, row_ok, qk_scale, D: tl.constexpr, FP16: tl.const
     d = tl.arange(0, D)
     q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
     return (q.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)
-
-
-@triton.jit
-def _prefetch_l2(ptr, nbytes):
-    """Ask the GPU to bring nbytes from ptr into L2 (cp.async.bulk.prefetch, sm_90 on), the address rounded down and
-    the size rounded down to 16 bytes; nothing for fewer than 16. A hint: nothing waits for it."""
-    tl.inline_asm_elementwise(
-        "{ .reg .b64 a; .reg .b32 n; .reg .pred p; and.b64 a, $1, -16; and.b32 n, $2, -16; setp.ne.u32 p, n, 0; "
-        "@p cp.async.bulk.prefetch.L2.global [a], n; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr, nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)

@@ -36,7 +36,6 @@ class DecodeConfig:
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
     pdl: bool = True  # on Hopper and later GPUs stage 2 is a programmatic dependent launch of stage 1 (merge.py)
-    prefetch: bool = False  # on the GPU each history split asks L2 for its first tile's codes before preparing q
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
                                  # `_merge_if_last`): one launch per call; on the H100 no faster at batch 1 / 1k
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
@@ -405,8 +404,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
             WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
-            SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
-            PREFETCH=cfg.prefetch and uses_pdl(replace(cfg, pdl=True), q.device, on_gpu), num_warps=cfg.num_warps,
+            SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,

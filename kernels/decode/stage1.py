@@ -6,7 +6,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from kernels.decode.channel_keys import _history_warp_channel_keys, _history_warp_channel_pairs
-from kernels.decode.common import _prefetch_l2, _program_rows, _split_bounds
+from kernels.decode.common import _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.merge import _merge_if_last
 from kernels.decode.packed import _history_split
@@ -27,7 +27,7 @@ def _decode_stage1_kernel(
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
     WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
-    ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr,
 ):
     if PDL:                                              # stage 2's programs may be scheduled once all of ours run
         gdc_launch_dependents()
@@ -38,10 +38,6 @@ def _decode_stage1_kernel(
                                    n_hist_splits, BLOCK_N)
         kc, vc = kc_ptr + b * stride_kcb + h * stride_kch, vc_ptr + b * stride_vcb + h * stride_vch
         k_meta, v_meta = b * stride_ksb + h * stride_ksh, b * stride_vsb + h * stride_vsh
-        if PREFETCH:                                     # the first tile's codes start coming while q is prepared
-            first = tl.minimum(end - start, BLOCK_N)
-            _prefetch_l2(kc + start * stride_kcn, first * stride_kcn)
-            _prefetch_l2(vc + start * stride_vcn, first * stride_vcn)
         if WARP_TILES and K_LAYOUT == 2 and TOKEN_PAIRS:
             _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                         vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,

@@ -118,8 +118,7 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]):
                       WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16,
                       WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if warp_tiles else ROW_BLOCK,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
-                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl,
-                      PREFETCH=cfg.prefetch)
+                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
