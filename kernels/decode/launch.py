@@ -31,9 +31,10 @@ class DecodeConfig:
     asm_unpack: bool = False  # unpack the packed fields in inline PTX (`_field_ptx`); GPU only
     merge_block: int = 16     # splits merged per iteration of stage 2
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
-    token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py; KIVI: channel_keys.py)
+    token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py,
+                              # channel_keys.py's `_history_warp_channel_pairs` for KIVI)
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
-    channel_key_tiles: bool = False  # per-channel keys on warp tiles, one key group per warp (channel_keys.py;
+    channel_key_tiles: bool = False  # per-channel keys on warp tiles, whole key groups per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
     pdl: bool = True  # on Hopper and later GPUs stage 2 is a programmatic dependent launch of stage 1 (merge.py)
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
@@ -243,9 +244,8 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
 def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """Per-channel keys whose token groups (>= 16 tokens: the MMA's M) tile a warp's sub-tile (BLOCK_N / num_warps
     tokens: one or more whole groups), beside per-token value groups of whole fields or row blocks
-    (`_value_row_blocks`): KIVI's layout on warp tiles
-    (`DecodeConfig.channel_key_tiles`, kernels/decode/channel_keys.py; `launch_config` takes it wherever it
-    applies)."""
+    (`_value_row_blocks`): KIVI's layout on warp tiles (`DecodeConfig.channel_key_tiles`,
+    kernels/decode/channel_keys.py; `launch_config` takes it wherever it applies)."""
     return (cfg.channel_key_tiles and k_spec.axis == "channel" and (cfg.block_n // cfg.num_warps) % k_spec.group == 0
             and k_spec.group >= 16 and _value_row_blocks(v_spec, head_dim))
 
@@ -262,7 +262,7 @@ def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Te
                      v_spec: QuantSpec, head_dim: int) -> bool:
     """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
     (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K): with one
-    (scale, zero) per token, or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: one key group
+    (scale, zero) per token, or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: whole key groups
     per warp, channel_keys.py's `_history_warp_channel_pairs`)."""
     narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
     layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)

@@ -165,7 +165,8 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
     for f in tl.static_range(8 // V_BITS):
         for j in tl.static_range(BLOCKS):
             v = _field(tiles[j], f, V_BITS, FP16, FIELD_TINY, ASM)                  # [WARPS, rows, BLOCK_W]
-            new_acc = new_acc + (tl.dot(v, pv[(f * VB + j * ROWS) // V_GROUP], acc[f * BLOCKS + j] * alpha[:, None, :]),)
+            group_pv = pv[(f * VB + j * ROWS) // V_GROUP]                          # the block's group
+            new_acc = new_acc + (tl.dot(v, group_pv, acc[f * BLOCKS + j] * alpha[:, None, :]),)
     return new_acc, new_pz
 
 
