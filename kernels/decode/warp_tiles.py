@@ -151,8 +151,8 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
     value tile (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g = alpha *
     pz_sum_g + sum P'_g * zero_g."""
     VB: tl.constexpr = D * V_BITS // 8
-    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
-    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    BLOCKS: tl.constexpr = len(tiles)                                               # row blocks per field
+    ROWS: tl.constexpr = tiles[0].shape[1]                                          # bytes per block
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     pv = ()
     new_pz = ()
@@ -175,8 +175,8 @@ def _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
                         V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
     """Merge the [WARPS, R] softmax streams of each query row; store the normalized o and the lse."""
     VB: tl.constexpr = D * V_BITS // 8
-    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
-    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    BLOCKS: tl.constexpr = len(acc) // (8 // V_BITS)                                # row blocks per field
+    ROWS: tl.constexpr = acc[0].shape[1]                                            # bytes per block
     rows = tl.arange(0, ROWS)
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]

@@ -5,7 +5,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
-    python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2 at head_dim 64: channel-key tiles with and without pairs
+    python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
@@ -168,7 +168,8 @@ def history_loop(lines: list[str]) -> list[str]:
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
     int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
-    tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles with and without token pairs."""
+    tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles over token pairs with one and two key
+    groups per warp (128- and 256-token tiles, the latter the default), and without pairs."""
     layout = LAYOUTS[name]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
