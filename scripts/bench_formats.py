@@ -12,11 +12,11 @@ rows with an fp16 key norm; kivi2 runs its default launch (`launch_config`: per-
 32-token key groups per warp), kivi2_rowmajor the same format on the row-major loop that was its default before;
 kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's shapes
 (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
-bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16 SDPA on the same shape in the
-same run. "of copy" divides the bytes the call must move (every stored part, the BF16 segment, q and out) by the
-device-to-device copy bandwidth measured in the run. Correctness of each kernel against its reference is the GPU
-run of the kernel tests (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0),
-not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last.
+bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16
+SDPA on the same shape in the same run. "of copy" divides the bytes the call must move (every stored part, the BF16
+segment, q and out) by the device-to-device copy bandwidth measured in the run. Correctness of each kernel against
+its reference is the GPU run of the kernel tests (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with
+TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last.
 """
 from __future__ import annotations
 
