@@ -16,7 +16,8 @@ bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2
 SDPA on the same shape in the same run. "of copy" divides the bytes the call must move (every stored part, the BF16
 segment, q and out) by the device-to-device copy bandwidth measured in the run. Correctness of each kernel against
 its reference is the GPU run of the kernel tests (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with
-TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last.
+TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown
+table is printed last.
 """
 from __future__ import annotations
 
