@@ -218,7 +218,7 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     with on_device(query.device):                                         # the layer's GPU (models split over several)
         out = layer.quantizer.kernel_ops().decode_attention(                  # [B, H_q, T_q, D]
             query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec)
-    return out.transpose(1, 2).contiguous()
+    return out.transpose(1, 2).contiguous()     # no copy for the kernels' token-major output (kernels.decode)
 
 
 def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,9 @@ import torch
 
 from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
 from harness.compiled_step import compile_step_refusal, compiled_parts
+from harness.placement import on_device
 from harness.segmented_graph import SegmentedGraph
+from kernels.step_rows import write_step_rows, write_step_rows_reference
 
 
 class DeviceLengths(NamedTuple):
@@ -77,8 +79,11 @@ class StaticState:
         if keys.shape[-2] != 1:
             raise ValueError(f"a frozen cache takes one token per sequence per step, got {keys.shape[-2]}.")
         write_pos = self.mirrors[str(layer.keys.device)].write_pos
-        layer.keys.index_copy_(2, write_pos, keys.to(layer.keys.dtype))
-        layer.values.index_copy_(2, write_pos, values.to(layer.values.dtype))
+        if layer.use_kernels:
+            with on_device(layer.keys.device):                   # Triton launches on the current GPU
+                write_step_rows(layer.keys, layer.values, keys, values, write_pos)      # one launch
+        else:
+            write_step_rows_reference(layer.keys, layer.values, keys, values, write_pos)
         view = KVView(layer, None, None, 1)
         return view, view
 

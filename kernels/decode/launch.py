@@ -326,7 +326,9 @@ def merge_counters(device: torch.device, n: int) -> torch.Tensor:
 
 def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_gpu: bool, num_splits: int | None,
                 row_block: int, stage1, single_launch: bool = False) -> torch.Tensor:
-    """Plan the splits, run stage 1 and the stage-2 merge -> out [B, H_q, T_q, D] (zeros without any key).
+    """Plan the splits, run stage 1 and the stage-2 merge -> out [B, H_q, T_q, D] (zeros without any key), held
+    token-major ([B, T_q, H_q, D] memory, what the model's output projection reads: `out.transpose(1, 2)` is
+    contiguous, so the seam's hand-over costs no copy kernel).
 
     stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters) launches a format's stage-1 kernel on
     `grid` (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
@@ -340,7 +342,7 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
         _num_splits(units, n_hist, cfg.block_n, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
     fp_splits = _num_splits(units, n_fp, cfg.block_f, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
     n_splits = hist_splits + fp_splits
-    out = q.new_empty(batch, q_heads, q_tokens, head_dim)
+    out = q.new_empty(batch, q_tokens, q_heads, head_dim).transpose(1, 2)   # [B, H_q, T_q, D], token-major memory
     if n_splits == 0 or out.numel() == 0:
         return out.zero_()
     part_o = q.new_empty(units, n_splits, n_rows, head_dim, dtype=torch.float32)
