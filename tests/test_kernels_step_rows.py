@@ -53,18 +53,19 @@ def test_step_rows_refuse_mismatched_rows_in_one_sentence():
 
 
 def test_decode_output_is_token_major():
-    """The seam hands `out.transpose(1, 2)` to the output projection; held [B, T_q, H_q, D] it needs no copy."""
+    """The seam hands `out.transpose(1, 2)` to the output projection; held [B, T_q, H_q, D] it needs no copy (with
+    one query token either layout is contiguous: two here)."""
     from kernels.decode import decode_attention
     from kernels.format import QuantSpec
     from kernels.reference import quantize_pack_reference
     spec = QuantSpec(bits=2, group=64)
     gen = torch.Generator().manual_seed(0)
     batch, kv_heads, q_heads, tokens, head_dim = 2, 2, 4, 32, 64
-    q = torch.randn(batch, q_heads, 1, head_dim, generator=gen).to(DEVICE)
+    q = torch.randn(batch, q_heads, 2, head_dim, generator=gen).to(DEVICE)
     k, v = (torch.randn(batch, kv_heads, tokens, head_dim, generator=gen).to(DEVICE) for _ in range(2))
     fp = torch.randn(batch, kv_heads, 4, head_dim, generator=gen).to(DEVICE)
     lengths = [torch.full((batch,), n, dtype=torch.int32, device=DEVICE) for n in (tokens, 4, 0, 0)]
     out = decode_attention(q, *quantize_pack_reference(k, spec), *quantize_pack_reference(v, spec), fp, fp,
                            *lengths, sm_scale=head_dim ** -0.5, k_spec=spec, v_spec=spec)
-    assert out.shape == (batch, q_heads, 1, head_dim)
+    assert out.shape == (batch, q_heads, 2, head_dim)
     assert out.transpose(1, 2).is_contiguous()
