@@ -16,6 +16,11 @@ runs the fused GEMM and hands k_proj and v_proj their slices of its output for t
 other input computes its own projection. A gated MLP (transformers' `down(act(gate(x)) * up(x))`, the class forward
 of Llama, Qwen, Mistral and Gemma MLPs, checked by its source) is compiled with `fused_gated_mlp_forward` instead,
 which computes gate and up as one GEMM over their fused weight, built and kept the same way.
+
+With a single row (batch-1 decode on CUDA, no bias) these GEMMs, the MLP's down projection, each attention's output
+projection and the LM head run on kernels/gemv.py instead of cuBLAS (`single_row_linear`): on the H100 at Qwen3-4B's
+shapes the GEMV kernel read the weights 3-27 % faster (results/bench/bench_gemv.md). It sums in another order than
+cuBLAS, so a compiled step's logits move within fp32 rounding of the products' sums.
 """
 from __future__ import annotations
 
@@ -26,9 +31,12 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from kernels.gemv import gemv_op
+
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
-FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}  # module attribute: (weight, bias or None)
+FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}
+GEMV_DTYPES = (torch.bfloat16, torch.float16)  # module attribute: (weight, bias or None)
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
 STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
                     f"defforward(self,x):return{_GATED}")                       # whitespace removed
@@ -97,12 +105,31 @@ def gated_mlp(module: torch.nn.Module) -> bool:
             and _source_without_spaces(type(module).forward) in STOCK_GATED_MLPS)
 
 
+def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, run by kernels/gemv.py for a single row of a 16-bit CUDA input without a bias (a batch-1 decode
+    step's projections, where cuBLAS read the weights at 53-91 % of the copy bandwidth and the GEMV kernel at
+    65-99 %: results/bench/bench_gemv.md)."""
+    if (bias is None and x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype
+            and x.dtype in GEMV_DTYPES and weight.is_contiguous()):
+        return gemv_op(x.reshape(1, -1), weight).view(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight, bias)
+
+
+def plain_linear(module) -> bool:
+    """An nn.Linear with no forward of its own instance (an offloading hook's wrapper is left alone)."""
+    return type(module) is torch.nn.Linear and "forward" not in vars(module)
+
+
 def fused_gated_mlp_forward(self, x):
     """The gated MLP with gate and up as one GEMM over their fused weight (`fused_parameters(self, GATE_UP)` must
-    have run): x [..., hidden] -> [..., hidden]."""
+    have run), single rows on the GEMV kernel (`single_row_linear`): x [..., hidden] -> [..., hidden]."""
     weight, bias = getattr(self, FUSED[GATE_UP])
-    gate, up = F.linear(x, weight, bias).split([self.gate_proj.out_features, self.up_proj.out_features], dim=-1)
-    return self.down_proj(self.act_fn(gate) * up)
+    gate, up = single_row_linear(x, weight, bias).split([self.gate_proj.out_features, self.up_proj.out_features],
+                                                        dim=-1)
+    hidden = self.act_fn(gate) * up
+    if plain_linear(self.down_proj):
+        return single_row_linear(hidden, self.down_proj.weight, self.down_proj.bias)
+    return self.down_proj(hidden)
 
 
 def compiled_forward(module: torch.nn.Module):
@@ -122,7 +149,7 @@ def _route(module: torch.nn.Module) -> None:
     handed: dict = {}
 
     def fused(x):
-        q, k, v = F.linear(x, weight, bias).split(widths, dim=-1)             # [..., N_q], [..., N_k], [..., N_v]
+        q, k, v = single_row_linear(x, weight, bias).split(widths, dim=-1)    # [..., N_q], [..., N_k], [..., N_v]
         handed.clear()
         handed.update(input=x, k_proj=k, v_proj=v)
         return q
@@ -141,16 +168,34 @@ def _route(module: torch.nn.Module) -> None:
     k_proj.forward, v_proj.forward = taker("k_proj", k_proj), taker("v_proj", v_proj)
 
 
+def output_projections(model: torch.nn.Module, attentions: list) -> list[torch.nn.Linear]:
+    """The plain-Linear output projections of those attentions and the LM head, which `fused_projections` runs
+    through `single_row_linear`."""
+    found = [m.o_proj for m in attentions if plain_linear(getattr(m, "o_proj", None))]
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return found + ([head] if plain_linear(head) else [])
+
+
 @contextmanager
 def fused_projections(model: torch.nn.Module):
-    """Inside: every fusable attention's q, k and v projections run as one GEMM (module docstring); the stock
+    """Inside: every fusable attention's q, k and v projections run as one GEMM (module docstring), and those
+    and the output projections and LM head take single rows on the GEMV kernel (`single_row_linear`); the stock
     forwards again after (the parameters stay views of the fused tensors)."""
     modules = [m for m in model.modules() if fusable(m, PROJECTIONS)]
+    outputs = output_projections(model, modules)
     for module in modules:
         _route(module)
+    for linear in outputs:
+        linear.forward = functools.partial(_linear_forward, linear)
     try:
         yield modules
     finally:
         for module in modules:
             for name in PROJECTIONS:
                 del getattr(module, name).forward
+        for linear in outputs:
+            del linear.forward
+
+
+def _linear_forward(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return single_row_linear(x, linear.weight, linear.bias)

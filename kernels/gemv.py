@@ -1,0 +1,86 @@
+"""Skinny GEMM for decode steps: y = x @ W^T for a few rows of x (M <= MAX_ROWS) against a large weight W [N, K].
+
+    y = gemv(x, weight)            # x [M, K], weight [N, K] (an nn.Linear's), both 16-bit -> y [M, N]
+
+A decode step's weight GEMMs are bound by reading W once. Each program owns BLOCK_N output features and streams their
+rows of W over the whole K in BLOCK_K-wide slices (fp32 products and sums, one rounding at the store), so there is no
+split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. The reference
+is `gemv_reference` (fp32 x @ W^T, rounded once): the kernel sums in another order, so it matches within fp32
+rounding, not bit for bit.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 8
+
+
+class GemvConfig(NamedTuple):
+    """The launch. Default: one warp streaming 2 rows in 1024-wide slices, the fastest all-round launch on the H100
+    at Qwen3-4B's decode shapes, one row (scripts/dev/bench_gemv.py, results/bench/bench_gemv.md)."""
+    block_n: int = 2
+    block_k: int = 1024
+    num_warps: int = 1
+    num_stages: int = 3
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)                     # [BN]
+    rm = tl.arange(0, BLOCK_M)                                                  # [BM]
+    n_ok, m_ok = rn < N, rm < M
+    w_rows = w_ptr + rn[:, None].to(tl.int64) * stride_wn                       # [BN, 1]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        k_ok = rk < K
+        w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)           # [BN, BK]
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0.0)                                                                      # [BM, BK]
+        acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & n_ok[None, :])
+
+
+def gemv_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """fp32 x @ W^T, rounded once to x's dtype."""
+    return (x.float() @ weight.float().T).to(x.dtype)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T -> [M, N] in x's dtype, for M <= MAX_ROWS rows."""
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"gemv needs x [M, K] and weight [N, K], got {list(x.shape)} and {list(weight.shape)}.")
+    if not 0 < x.shape[0] <= MAX_ROWS:
+        raise ValueError(f"gemv takes 1 to {MAX_ROWS} rows, got {x.shape[0]}.")
+    if x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError("gemv needs x and weight contiguous along K.")
+    if x.dtype != weight.dtype:
+        raise ValueError(f"gemv needs x and weight of one dtype, got {x.dtype} and {weight.dtype}.")
+    cfg = config or GemvConfig()
+    (m, k), n = x.shape, weight.shape[0]
+    y = x.new_empty(m, n)
+    with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
+        _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+            x, weight, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
+    return y
+
+
+@torch.library.custom_op("kvq::gemv", mutates_args=())
+def gemv_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`gemv` with the default launch as a torch operator: torch.compile keeps it as one opaque call."""
+    return gemv(x, weight)
+
+
+@gemv_op.register_fake
+def _gemv_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], weight.shape[0])

@@ -1,0 +1,71 @@
+"""The single-row GEMM kernel (`kernels.gemv`) against its fp32 reference, its torch operator, and where the compiled
+decode step routes projections to it (`harness.fused_projections.single_row_linear`, CUDA only).
+
+Runs under TRITON_INTERPRET=1 on CPU (set below when CUDA is unavailable).
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kernels.gemv import MAX_ROWS, GemvConfig, gemv, gemv_op, gemv_reference  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing applies to CUDA inputs")
+
+
+def _operands(rows, n, k, dtype=torch.float16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, k, generator=gen).to(DEVICE, dtype)
+    w = (torch.randn(n, k, generator=gen) * 0.05).to(DEVICE, dtype)
+    return x, w
+
+
+@pytest.mark.parametrize("rows,n,k,config", [
+    (1, 37, 300, GemvConfig(2, 128, 1, 1)),        # N and K not multiples of the blocks
+    (3, 64, 512, GemvConfig(4, 256, 2, 2)),
+    (MAX_ROWS, 16, 1024, None),                    # the default launch
+])
+def test_gemv_matches_the_fp32_reference(rows, n, k, config):
+    x, w = _operands(rows, n, k)
+    got, want = gemv(x, w, config), gemv_reference(x, w)
+    assert got.shape == (rows, n) and got.dtype == x.dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+
+
+def test_gemv_operator_passes_torch_checks():
+    """Schema, fake (meta) shapes for torch.compile, and the eager result of `gemv_op`."""
+    x, w = _operands(1, 24, 256)
+    torch.library.opcheck(gemv_op, (x, w), test_utils=("test_schema", "test_faketensor"))
+    torch.testing.assert_close(gemv_op(x, w).float(), gemv_reference(x, w).float(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,dtype,message", [
+    ((2, 64), (8, 32), torch.float16, r"^gemv needs x \[M, K\] and weight \[N, K\]"),
+    ((MAX_ROWS + 1, 64), (8, 64), torch.float16, r"^gemv takes 1 to 8 rows"),
+])
+def test_gemv_refuses_bad_operands_in_one_sentence(x_shape, w_shape, dtype, message):
+    with pytest.raises(ValueError, match=message):
+        gemv(torch.zeros(x_shape, dtype=dtype, device=DEVICE), torch.zeros(w_shape, dtype=dtype, device=DEVICE))
+    with pytest.raises(ValueError, match=r"^gemv needs x and weight of one dtype"):
+        gemv(torch.zeros(1, 64, dtype=torch.float16, device=DEVICE),
+             torch.zeros(8, 64, dtype=torch.bfloat16, device=DEVICE))
+
+
+@GPU
+def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
+    import harness.fused_projections as fp
+    calls = []
+    monkeypatch.setattr(fp, "gemv_op", lambda x, w: calls.append(x.shape) or gemv_op(x, w))
+    x, w = _operands(1, 96, 512, torch.bfloat16)
+    one = fp.single_row_linear(x.view(1, 1, 512), w)                          # a batch-1 decode step's input
+    torch.testing.assert_close(one.view(1, 96).float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
+    assert one.shape == (1, 1, 96) and calls == [(1, 512)]
+    fp.single_row_linear(x.repeat(2, 1), w)                                    # two rows: cuBLAS
+    fp.single_row_linear(x, w, torch.zeros(96, dtype=w.dtype, device=w.device))   # a bias: cuBLAS
+    assert len(calls) == 1
