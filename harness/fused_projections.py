@@ -19,7 +19,7 @@ which computes gate and up as one GEMM over their fused weight, built and kept t
 
 With a single row (batch-1 decode on CUDA, no bias) these GEMMs, the MLP's down projection, each attention's output
 projection and the LM head run on kernels/gemv.py instead of cuBLAS (`single_row_linear`): on the H100 at Qwen3-4B's
-shapes the GEMV kernel read the weights 3-27 % faster (results/bench/bench_gemv.md). It sums in another order than
+shapes the GEMV kernel took 5-22 % less time than cuBLAS (results/bench/bench_gemv.md). It sums in another order than
 cuBLAS, so a compiled step's logits move within fp32 rounding of the products' sums.
 """
 from __future__ import annotations
@@ -108,7 +108,7 @@ def gated_mlp(module: torch.nn.Module) -> bool:
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, run by kernels/gemv.py for a single row of a 16-bit CUDA input without a bias (a batch-1 decode
     step's projections, where cuBLAS read the weights at 53-91 % of the copy bandwidth and the GEMV kernel at
-    65-99 %: results/bench/bench_gemv.md)."""
+    65-98 %: results/bench/bench_gemv.md)."""
     if (bias is None and x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype
             and x.dtype in GEMV_DTYPES and weight.is_contiguous()):
         return gemv_op(x.reshape(1, -1), weight).view(*x.shape[:-1], weight.shape[0])
