@@ -16,9 +16,6 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
-
-from kernels.dispatch import interpreter_forced
 
 MAX_ROWS = 8
 
@@ -30,33 +27,24 @@ class GemvConfig(NamedTuple):
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
-    pdl: bool = True             # a programmatic dependent launch where the GPU has it (compute capability 9.0 on)
 
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K, each weight slice loaded one step ahead.
-
-    PDL: launched as a programmatic dependent of the kernel before it (`launch_pdl`): the weights do not depend on
-    it, so the first slice is requested before griddepcontrol.wait, and only x is read after."""
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)                     # [BN]
     rm = tl.arange(0, BLOCK_M)                                                  # [BM]
-    rk = tl.arange(0, BLOCK_K)                                                  # [BK]
     n_ok, m_ok = rn < N, rm < M
     w_rows = w_ptr + rn[:, None].to(tl.int64) * stride_wn                       # [BN, 1]
-    w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)          # [BN, BK]
-    if PDL:
-        gdc_wait()
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        ks = k0 + rk
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + ks[None, :], mask=m_ok[:, None] & (ks < K)[None, :],
+        rk = k0 + tl.arange(0, BLOCK_K)
+        k_ok = rk < K
+        w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)           # [BN, BK]
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
                     other=0.0)                                                                      # [BM, BK]
-        ahead = ks + BLOCK_K
-        w_next = tl.load(w_rows + ahead[None, :], mask=n_ok[:, None] & (ahead < K)[None, :], other=0.0)
         acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
-        w = w_next
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
@@ -79,12 +67,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None = None
     cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = x.new_empty(m, n)
-    pdl = cfg.pdl and x.is_cuda and not interpreter_forced() and torch.cuda.get_device_capability(x.device)[0] >= 9
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
         _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
             x, weight, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl)
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
     return y
 
 

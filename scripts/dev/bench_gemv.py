@@ -1,7 +1,7 @@
 """The decode step's weight GEMMs: cuBLAS (F.linear) against kernels/gemv.py's launches, each beside the copy bandwidth.
 
     python scripts/dev/bench_gemv.py                                  # Qwen3-4B shapes, M = 1, the config sweep
-    python scripts/dev/bench_gemv.py --rows 1,4 --configs 2x1024x1x3x1,4x512x4x3x0   # block_n x block_k x warps x stages x pdl
+    python scripts/dev/bench_gemv.py --rows 1,4 --configs 2x1024x2x3,4x512x4x3   # block_n x block_k x warps x stages
 
 Shapes (N x K, Qwen3-4B with the compiled step's fused projections): q/k/v 6144 x 2560, o 2560 x 4096, gate/up
 19456 x 2560, down 2560 x 9728, LM head 151936 x 2560. Each call is timed as CUDA-graph replays over enough weight
@@ -24,12 +24,11 @@ from kernels.gemv import GemvConfig, gemv, gemv_reference  # noqa: E402
 
 SHAPES = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728),
           "lm_head": (151936, 2560)}
-CONFIGS = "2x1024x1x3x1,2x1024x1x3x0,2x512x1x3x1,1x1024x1x3x1,2x2048x2x3x1,4x1024x2x3x1"
+CONFIGS = "2x1024x2x3,2x1024x2x1,2x1024x1x3,1x1024x1x3,1x2048x1x3,2x2048x2x3,2x512x1x3,4x1024x2x3,4x2048x4x3,2x1024x2x4"
 
 
 def _config(text: str) -> GemvConfig:
-    *sizes, pdl = (int(v) for v in text.split("x"))
-    return GemvConfig(*sizes, pdl=bool(pdl))
+    return GemvConfig(*(int(v) for v in text.split("x")))
 
 
 def main() -> None:
