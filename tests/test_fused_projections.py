@@ -105,3 +105,17 @@ def test_other_mlps_keep_their_class_forward(tiny):
     mlp.up_proj.to(torch.float64)
     assert not gated_mlp(mlp)
     assert compiled_forward(model.model.norm) is type(model.model.norm).forward
+
+
+def test_output_projections_and_lm_head_take_single_rows_inside_the_block_only(tiny):
+    """o_proj and the LM head run `single_row_linear` inside the block (F.linear off CUDA, the same result) and their
+    class forward again after it."""
+    model = tiny("qwen3")[0]
+    attention = model.model.layers[0].self_attn
+    head = model.get_output_embeddings()
+    x = torch.randn(1, 1, attention.o_proj.in_features)
+    expected = attention.o_proj(x)
+    with fused_projections(model):
+        assert "forward" in vars(attention.o_proj) and "forward" in vars(head)
+        torch.testing.assert_close(attention.o_proj(x), expected)
+    assert "forward" not in vars(attention.o_proj) and "forward" not in vars(head)
