@@ -35,8 +35,8 @@ from kernels.gemv import gemv_op
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
-FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}
-GEMV_DTYPES = (torch.bfloat16, torch.float16)  # module attribute: (weight, bias or None)
+FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}  # module attribute: (weight, bias or None)
+GEMV_DTYPES = (torch.bfloat16, torch.float16)                             # inputs `single_row_linear` hands the GEMV
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
 STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
                     f"defforward(self,x):return{_GATED}")                       # whitespace removed
