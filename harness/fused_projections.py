@@ -17,7 +17,7 @@ other input computes its own projection. A gated MLP (transformers' `down(act(ga
 of Llama, Qwen, Mistral and Gemma MLPs, checked by its source) is compiled with `fused_gated_mlp_forward` instead,
 which computes gate and up as one GEMM over their fused weight, built and kept the same way.
 
-With a single row (batch-1 decode on CUDA, no bias) these GEMMs, the MLP's down projection, each attention's output
+With a single row (batch-1 decode on CUDA) these GEMMs, the MLP's down projection, each attention's output
 projection and the LM head run on kernels/gemv.py instead of cuBLAS (`single_row_linear`): on the H100 at Qwen3-4B's
 shapes the GEMV kernel took 5-22 % less time than cuBLAS (results/bench/bench_gemv.md). It sums in another order than
 cuBLAS, so a compiled step's logits move within fp32 rounding of the products' sums.
@@ -106,12 +106,12 @@ def gated_mlp(module: torch.nn.Module) -> bool:
 
 
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, run by kernels/gemv.py for a single row of a 16-bit CUDA input without a bias (a batch-1 decode
+    """F.linear, run by kernels/gemv.py for a single row of a 16-bit CUDA input (a batch-1 decode
     step's projections, where cuBLAS read the weights at 53-91 % of the copy bandwidth and the GEMV kernel at
     65-98 %: results/bench/bench_gemv.md)."""
-    if (bias is None and x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype
-            and x.dtype in GEMV_DTYPES and weight.is_contiguous()):
-        return gemv_op(x.reshape(1, -1), weight).view(*x.shape[:-1], weight.shape[0])
+    if (x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype and x.dtype in GEMV_DTYPES
+            and weight.is_contiguous() and (bias is None or bias.is_contiguous())):
+        return gemv_op(x.reshape(1, -1), weight, bias).view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
 
 

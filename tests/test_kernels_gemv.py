@@ -33,7 +33,8 @@ def _operands(rows, n, k, dtype=torch.float16, seed=0):
 ])
 def test_gemv_matches_the_fp32_reference(rows, n, k, config):
     x, w = _operands(rows, n, k)
-    got, want = gemv(x, w, config), gemv_reference(x, w)
+    bias = torch.randn(n).to(DEVICE, x.dtype) if rows == 3 else None
+    got, want = gemv(x, w, bias, config), gemv_reference(x, w, bias)
     assert got.shape == (rows, n) and got.dtype == x.dtype
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
 
@@ -41,7 +42,7 @@ def test_gemv_matches_the_fp32_reference(rows, n, k, config):
 def test_gemv_operator_passes_torch_checks():
     """Schema, fake (meta) shapes for torch.compile, and the eager result of `gemv_op`."""
     x, w = _operands(1, 24, 256)
-    torch.library.opcheck(gemv_op, (x, w), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(gemv_op, (x, w, None), test_utils=("test_schema", "test_faketensor"))
     torch.testing.assert_close(gemv_op(x, w).float(), gemv_reference(x, w).float(), rtol=2e-3, atol=2e-3)
 
 
@@ -61,11 +62,11 @@ def test_gemv_refuses_bad_operands_in_one_sentence(x_shape, w_shape, dtype, mess
 def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
     import harness.fused_projections as fp
     calls = []
-    monkeypatch.setattr(fp, "gemv_op", lambda x, w: calls.append(x.shape) or gemv_op(x, w))
+    monkeypatch.setattr(fp, "gemv_op", lambda x, w, b: calls.append(x.shape) or gemv_op(x, w, b))
     x, w = _operands(1, 96, 512, torch.bfloat16)
     one = fp.single_row_linear(x.view(1, 1, 512), w)                          # a batch-1 decode step's input
     torch.testing.assert_close(one.view(1, 96).float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
     assert one.shape == (1, 1, 96) and calls == [(1, 512)]
     fp.single_row_linear(x.repeat(2, 1), w)                                    # two rows: cuBLAS
-    fp.single_row_linear(x, w, torch.zeros(96, dtype=w.dtype, device=w.device))   # a bias: cuBLAS
+    fp.single_row_linear(x.float(), w.float())                                 # fp32: cuBLAS
     assert len(calls) == 1

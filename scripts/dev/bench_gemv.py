@@ -55,7 +55,7 @@ def main() -> None:
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
             ref = gemv_reference(x, w).float()
             launches = [("cuBLAS (F.linear)", lambda a, b: F.linear(a, b))]
-            launches += [(f"gemv {'x'.join(map(str, c))}", lambda a, b, c=c: gemv(a, b, c))
+            launches += [(f"gemv {'x'.join(map(str, c))}", lambda a, b, c=c: gemv(a, b, config=c))
                          for c in configs]
             for label, fn in launches:
                 err = ((fn(x, w).float() - ref).norm() / ref.norm()).item()
