@@ -19,7 +19,7 @@ which computes gate and up as one GEMM over their fused weight, built and kept t
 
 With a single row (batch-1 decode on CUDA) these GEMMs, the MLP's down projection, each attention's output
 projection and the LM head run on kernels/gemv.py instead of cuBLAS (`single_row_linear`): on the H100 at Qwen3-4B's
-shapes the GEMV kernel took 5-22 % less time than cuBLAS (results/bench/bench_gemv.md). It sums in another order than
+shapes the GEMV kernel took 4-18 % less time than cuBLAS (results/bench/bench_gemv.md). It sums in another order than
 cuBLAS, so a compiled step's logits move within fp32 rounding of the products' sums.
 """
 from __future__ import annotations
