@@ -117,17 +117,6 @@ def test_warp_tiles_match_reference(name):
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("name", ["int2-g4-d128-n1000-splits3", "mixed-g1-d64-n1"])
-def test_two_streams_per_warp_match_reference(name):
-    """DecodeConfig.warp_streams=2: two token sub-tiles (two softmax streams) per warp, merged like the warps'."""
-    *shape, num_splits = CASES[name]
-    args, kw = make_inputs(*shape)
-    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=2, num_stages=1, warp_tiles=True, warp_streams=2)
-    assert cfg.sub_tiles == 4 and uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], shape[4])
-    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
-    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
-
-
 GROUPED = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits): several (scale, zero) per token
     "oscar-gemma-d256-g128": (2, 4, 1, 1, 256, 700, 19, QuantSpec(bits=2, group=128), QuantSpec(bits=2, group=128), 2),
     "int2-d128-g32-k-single-v": (2, 8, 2, 1, 128, 301, 9, QuantSpec(bits=2, group=32), INT2[128], None),

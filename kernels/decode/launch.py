@@ -34,19 +34,12 @@ class DecodeConfig:
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py,
                               # channel_keys.py's `_history_warp_channel_pairs` for KIVI)
     warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
-    warp_streams: int = 1     # warp tiles: token sub-tiles (independent softmax streams) per warp, each
-                              # block_n / (num_warps x warp_streams) tokens
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, whole key groups per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
     pdl: bool = True  # on Hopper and later GPUs stage 2 is a programmatic dependent launch of stage 1 (merge.py)
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
                                  # `_merge_if_last`): one launch per call; on the H100 no faster at batch 1 / 1k
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
-
-    @property
-    def sub_tiles(self) -> int:
-        """Token sub-tiles of a warp-tile program's tile (the batch dim of its 3-D dots): warp_streams per warp."""
-        return self.num_warps * self.warp_streams
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -253,14 +246,14 @@ def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec,
     tokens: one or more whole groups), beside per-token value groups of whole fields or row blocks
     (`_value_row_blocks`): KIVI's layout on warp tiles (`DecodeConfig.channel_key_tiles`,
     kernels/decode/channel_keys.py; `launch_config` takes it wherever it applies)."""
-    return (cfg.channel_key_tiles and k_spec.axis == "channel" and (cfg.block_n // cfg.sub_tiles) % k_spec.group == 0
+    return (cfg.channel_key_tiles and k_spec.axis == "channel" and (cfg.block_n // cfg.num_warps) % k_spec.group == 0
             and k_spec.group >= 16 and _value_row_blocks(v_spec, head_dim))
 
 
 def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """DecodeConfig.warp_tiles applies to per-token layouts with >= 16 tokens per warp and tile (the MMA's M for
     the scores, its K for the values), and to `channel_key_layouts`; other launches take the row-major loop."""
-    if not cfg.warp_tiles or cfg.block_n // cfg.sub_tiles < 16:
+    if not cfg.warp_tiles or cfg.block_n // cfg.num_warps < 16:
         return False
     return per_token_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
 
@@ -273,7 +266,7 @@ def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Te
     per warp, channel_keys.py's `_history_warp_channel_pairs`)."""
     narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
     layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
-    return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.sub_tiles) >= 16
+    return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
             and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and layouts)
 
 
@@ -411,7 +404,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
             K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
-            WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.sub_tiles, BLOCK_R=row_block,
+            WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
