@@ -12,7 +12,8 @@ and the modeling module's `apply_rotary_pos_emb` are swapped for torch.compile'd
 it adds no CUDA graph of its own, since DecodeStep captures the whole step), so each of them is one fused kernel
 (the MLP: its GEMMs plus one), the same for BF16 and every quantizer; each attention's q, k and v projections,
 and each gated MLP's gate and up projections, run as one GEMM over their concatenated weights
-(harness.fused_projections). The attention path (the
+(harness.fused_projections), and each stock pre-norm decoder layer's two residual adds run in the epilogues of the
+output and down projections (harness.fused_residuals). The attention path (the
 cache's write, the quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled
 pieces as it does without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
 
@@ -29,7 +30,8 @@ from contextlib import contextmanager
 
 import torch
 
-from harness.fused_projections import compiled_forward, fused_projections
+from harness.fused_projections import compiled_forward, fused_projections, gated_mlp
+from harness.fused_residuals import fused_residuals, residual_layers
 
 COMPILE_MODE = "default"                      # not reduce-overhead: the captured step is already one CUDA graph
 COMPILED_CLASS_SUFFIXES = ("RMSNorm", "MLP")  # Qwen3RMSNorm, LlamaMLP, Gemma3RMSNorm, ...: pure tensor functions
@@ -74,17 +76,22 @@ def compile_step_refusal(model) -> str | None:
 
 @contextmanager
 def compiled_parts(model):
-    """Inside: the model's RMSNorms, MLPs (gate and up as one GEMM) and RoPE run compiled and each attention's q, k
-    and v projections as one GEMM (harness.fused_projections; see the module docstring); restored after."""
+    """Inside: the model's RMSNorms, MLPs (gate and up as one GEMM) and RoPE run compiled, each attention's q, k
+    and v projections as one GEMM (harness.fused_projections) and each stock decoder layer's residual adds in its
+    projections (harness.fused_residuals; see the module docstring); restored after."""
     modules, namespaces = compilable_modules(model), rope_namespaces(model)
+    residual_mlps = {id(m) for m in modules if gated_mlp(m)}              # compiled as fused_gated_mlp_forward
+    layers = residual_layers(model)
     stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in namespaces}
     for module in modules:
         module.forward = types.MethodType(_compiled(compiled_forward(module)), module)
     for space, rope in stock_rope.items():
         setattr(space, ROPE_FUNCTION, _compiled(rope))
     try:
-        with fused_projections(model):
-            yield
+        with fused_projections(model) as attentions:
+            fused = [layer for layer in layers if layer.self_attn in attentions]   # o_proj takes the residual
+            with fused_residuals(fused, residual_mlps):
+                yield
     finally:
         for module in modules:
             del module.forward                                  # the class's stock forward again

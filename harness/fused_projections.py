@@ -37,6 +37,7 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}  # module attribute: (weight, bias or None)
 GEMV_DTYPES = (torch.bfloat16, torch.float16)                             # inputs `single_row_linear` hands the GEMV
+PENDING_RESIDUAL = "_kvq_pending_residual"  # an output projection's instance attribute: add this to its next output
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
 STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
                     f"defforward(self,x):return{_GATED}")                       # whitespace removed
@@ -105,14 +106,20 @@ def gated_mlp(module: torch.nn.Module) -> bool:
             and _source_without_spaces(type(module).forward) in STOCK_GATED_MLPS)
 
 
-def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, run by kernels/gemv.py for a single row of a 16-bit CUDA input (a batch-1 decode
-    step's projections, where cuBLAS read the weights at 53-91 % of the copy bandwidth and the GEMV kernel at
-    65-98 %: results/bench/bench_gemv.md)."""
+def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      residual: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear (plus `residual`, the decoder layer's stream, when given), run by kernels/gemv.py for a single row
+    of a 16-bit CUDA input (a batch-1 decode step's projections, where cuBLAS read the weights at 53-91 % of the copy
+    bandwidth and the GEMV kernel at 65-98 %: results/bench/bench_gemv.md); the GEMV adds the residual in its
+    epilogue, before its one rounding (the stock layer rounds the projection, then the sum)."""
+    n = weight.shape[0]
     if (x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype and x.dtype in GEMV_DTYPES
-            and weight.is_contiguous() and (bias is None or bias.is_contiguous())):
-        return gemv_op(x.reshape(1, -1), weight, bias).view(*x.shape[:-1], weight.shape[0])
-    return F.linear(x, weight, bias)
+            and weight.is_contiguous() and (bias is None or bias.is_contiguous())
+            and (residual is None or (residual.dtype == x.dtype and residual.numel() == n))):
+        rows = None if residual is None else residual.reshape(1, n)
+        return gemv_op(x.reshape(1, -1), weight, bias, rows).view(*x.shape[:-1], n)
+    out = F.linear(x, weight, bias)
+    return out if residual is None else residual + out
 
 
 def plain_linear(module) -> bool:
@@ -120,16 +127,18 @@ def plain_linear(module) -> bool:
     return type(module) is torch.nn.Linear and "forward" not in vars(module)
 
 
-def fused_gated_mlp_forward(self, x):
+def fused_gated_mlp_forward(self, x, residual=None):
     """The gated MLP with gate and up as one GEMM over their fused weight (`fused_parameters(self, GATE_UP)` must
-    have run), single rows on the GEMV kernel (`single_row_linear`): x [..., hidden] -> [..., hidden]."""
+    have run), single rows on the GEMV kernel (`single_row_linear`): x [..., hidden] -> [..., hidden], plus
+    `residual` [..., hidden] when given (harness.fused_residuals: in the down projection's epilogue)."""
     weight, bias = getattr(self, FUSED[GATE_UP])
     gate, up = single_row_linear(x, weight, bias).split([self.gate_proj.out_features, self.up_proj.out_features],
                                                         dim=-1)
     hidden = self.act_fn(gate) * up
     if plain_linear(self.down_proj):
-        return single_row_linear(hidden, self.down_proj.weight, self.down_proj.bias)
-    return self.down_proj(hidden)
+        return single_row_linear(hidden, self.down_proj.weight, self.down_proj.bias, residual)
+    out = self.down_proj(hidden)
+    return out if residual is None else residual + out
 
 
 def compiled_forward(module: torch.nn.Module):
@@ -198,4 +207,6 @@ def fused_projections(model: torch.nn.Module):
 
 
 def _linear_forward(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return single_row_linear(x, linear.weight, linear.bias)
+    """The block's forward of an output projection or LM head: `single_row_linear`, adding the residual a fused
+    decoder layer left for this call (harness.fused_residuals), if any."""
+    return single_row_linear(x, linear.weight, linear.bias, vars(linear).pop(PENDING_RESIDUAL, None))

@@ -1,12 +1,14 @@
 """Skinny GEMM for decode steps: y = x @ W^T for a few rows of x (M <= MAX_ROWS) against a large weight W [N, K].
 
     y = gemv(x, weight, bias)      # x [M, K], weight [N, K], bias [N] or None (an nn.Linear's) -> y [M, N]
+    y = gemv(x, weight, bias, residual)   # + residual [M, N], added in fp32 before the one rounding
 
 A decode step's weight GEMMs are bound by reading W once. Each program owns BLOCK_N output features and streams their
 rows of W over the whole K in BLOCK_K-wide slices (fp32 products and sums, one rounding at the store), so there is no
-split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. The reference
-is `gemv_reference` (fp32 x @ W^T, rounded once): the kernel sums in another order, so it matches within fp32
-rounding, not bit for bit.
+split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. A residual
+(the decoder layer's stream that an output or down projection is added to) is added in the same epilogue, so the add
+costs no launch of its own. The reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the
+kernel sums in another order, so it matches within fp32 rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -32,9 +34,11 @@ class GemvConfig(NamedTuple):
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias, in fp32, before the rounding)."""
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_rm, stride_ym,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 HAS_RESIDUAL: tl.constexpr):
+    """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias and the residual, in fp32, before
+    the rounding)."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)                     # [BN]
     rm = tl.arange(0, BLOCK_M)                                                  # [BM]
     n_ok, m_ok = rn < N, rm < M
@@ -49,19 +53,25 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stri
         acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :], mask=m_ok[:, None] & n_ok[None, :],
+                       other=0.0).to(tl.float32)                                                    # [BM, BN]
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
 
-def gemv_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 x @ W^T (+ bias), rounded once to x's dtype."""
+def gemv_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                   residual: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 x @ W^T (+ bias) (+ residual), rounded once to x's dtype."""
     y = x.float() @ weight.float().T
-    return (y if bias is None else y + bias.float()).to(x.dtype)
+    for term in (bias, residual):
+        y = y if term is None else y + term.float()
+    return y.to(x.dtype)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         config: GemvConfig | None = None) -> torch.Tensor:
-    """x [M, K] @ weight[N, K]^T (+ bias [N]) -> [M, N] in x's dtype, for M <= MAX_ROWS rows."""
+         residual: torch.Tensor | None = None, config: GemvConfig | None = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T (+ bias [N]) (+ residual [M, N]) -> [M, N] in x's dtype, for M <= MAX_ROWS rows."""
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"gemv needs x [M, K] and weight [N, K], got {list(x.shape)} and {list(weight.shape)}.")
     if not 0 < x.shape[0] <= MAX_ROWS:
@@ -72,23 +82,30 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         raise ValueError(f"gemv needs x and weight of one dtype, got {x.dtype} and {weight.dtype}.")
     if bias is not None and (bias.shape != (weight.shape[0],) or bias.stride(0) != 1):
         raise ValueError(f"gemv needs a contiguous bias [{weight.shape[0]}], got {list(bias.shape)}.")
+    if residual is not None and (residual.shape != (x.shape[0], weight.shape[0]) or residual.stride(1) != 1
+                                 or residual.dtype != x.dtype):
+        raise ValueError(f"gemv needs a residual [{x.shape[0]}, {weight.shape[0]}] of x's dtype, contiguous along N, "
+                         f"got {residual.dtype} {list(residual.shape)}.")
     cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = x.new_empty(m, n)
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
         _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
-            x, weight, weight if bias is None else bias, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+            x, weight, weight if bias is None else bias, y if residual is None else residual, y, m, n, k,
+            x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, HAS_BIAS=bias is not None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
 
 
 @torch.library.custom_op("kvq::gemv", mutates_args=())
-def gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None) -> torch.Tensor:
     """`gemv` with the default launch as a torch operator: torch.compile keeps it as one opaque call."""
-    return gemv(x, weight, bias)
+    return gemv(x, weight, bias, residual)
 
 
 @gemv_op.register_fake
-def _gemv_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def _gemv_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
     return x.new_empty(x.shape[0], weight.shape[0])

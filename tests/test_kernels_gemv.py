@@ -34,15 +34,29 @@ def _operands(rows, n, k, dtype=torch.float16, seed=0):
 def test_gemv_matches_the_fp32_reference(rows, n, k, config):
     x, w = _operands(rows, n, k)
     bias = torch.randn(n).to(DEVICE, x.dtype) if rows == 3 else None
-    got, want = gemv(x, w, bias, config), gemv_reference(x, w, bias)
+    got, want = gemv(x, w, bias, config=config), gemv_reference(x, w, bias)
     assert got.shape == (rows, n) and got.dtype == x.dtype
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("rows,bias", [(1, False), (3, True)])
+def test_gemv_adds_a_residual_before_its_one_rounding(rows, bias):
+    """y = x @ W^T (+ bias) + residual: the residual (here large against the product, the decoder's stream) joins the
+    fp32 sum, so the result is the reference's single rounding, not round(round(x @ W^T) + residual)."""
+    x, w = _operands(rows, 48, 256, seed=1)
+    b = torch.randn(48).to(DEVICE, x.dtype) if bias else None
+    residual = (torch.randn(rows, 64) * 30).to(DEVICE, x.dtype)[:, :48]       # rows strided by 64, as a slice
+    got, want = gemv(x, w, b, residual), gemv_reference(x, w, b, residual)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+    assert not torch.allclose(got.float(), gemv(x, w, b).float(), rtol=0.1, atol=0.1)   # the residual is there
 
 
 def test_gemv_operator_passes_torch_checks():
     """Schema, fake (meta) shapes for torch.compile, and the eager result of `gemv_op`."""
     x, w = _operands(1, 24, 256)
     torch.library.opcheck(gemv_op, (x, w, None), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(gemv_op, (x, w, None, torch.ones(x.shape[0], w.shape[0], dtype=x.dtype, device=DEVICE)),
+                          test_utils=("test_schema", "test_faketensor"))
     torch.testing.assert_close(gemv_op(x, w).float(), gemv_reference(x, w).float(), rtol=2e-3, atol=2e-3)
 
 
@@ -56,6 +70,9 @@ def test_gemv_refuses_bad_operands_in_one_sentence(x_shape, w_shape, dtype, mess
     with pytest.raises(ValueError, match=r"^gemv needs x and weight of one dtype"):
         gemv(torch.zeros(1, 64, dtype=torch.float16, device=DEVICE),
              torch.zeros(8, 64, dtype=torch.bfloat16, device=DEVICE))
+    with pytest.raises(ValueError, match=r"^gemv needs a residual \[1, 8\] of x's dtype"):
+        gemv(torch.zeros(1, 64, dtype=torch.float16, device=DEVICE), torch.zeros(8, 64, dtype=torch.float16,
+             device=DEVICE), residual=torch.zeros(1, 4, dtype=torch.float16, device=DEVICE))
 
 
 @GPU
