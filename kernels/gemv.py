@@ -44,6 +44,11 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_w
     n_ok, m_ok = rn < N, rm < M
     w_rows = w_ptr + rn[:, None].to(tl.int64) * stride_wn                       # [BN, 1]
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    if HAS_BIAS:                                  # bias and residual first: their latency hides behind the K loop
+        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :], mask=m_ok[:, None] & n_ok[None, :],
+                       other=0.0).to(tl.float32)                                                    # [BM, BN]
     for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K
@@ -51,11 +56,6 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_w
         x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
                     other=0.0)                                                                      # [BM, BK]
         acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_RESIDUAL:
-        acc += tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :], mask=m_ok[:, None] & n_ok[None, :],
-                       other=0.0).to(tl.float32)                                                    # [BM, BN]
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
