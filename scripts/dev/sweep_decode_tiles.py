@@ -27,6 +27,8 @@ reference (a wrong unpack shows as a large error).
         # where two warps stop paying: batch 1 beyond 128k, batch 2-16 (4 warps at batch 1; 2 elsewhere)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 1:1024,1:8192 --grid tiny_short
         # the tiny family at short histories: 8-row programs, depth, split density, fp-segment tile, merge
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:32768,1:102400 --grid occupancy
+        # register caps with deeper splits: more resident programs per SM (ncu: ~8 warps per SM, register-bound)
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -106,6 +108,9 @@ GRIDS = {
     "tiny_short": [{}, {"warp_rows": 8}, {"warp_rows": 8, "programs_per_sm": 8}, {"num_stages": 3},
                    {"num_stages": 1}, {"programs_per_sm": 8}, {"block_n": 64}, {"block_f": 32}, {"block_f": 128},
                    {"tile_merge_ratio": 8}, {"tile_merge_ratio": 32}, {"merge_block": 16}],
+    "occupancy": [{}, {"maxnreg": 168}, {"maxnreg": 128}, {"programs_per_sm": 6, "maxnreg": 168},
+                  {"programs_per_sm": 8, "maxnreg": 128}, {"programs_per_sm": 8, "maxnreg": 168},
+                  {"programs_per_sm": 8, "maxnreg": 128, "num_stages": 3}],
     "warps2_large": [{}, {"num_warps": 2, "block_n": 128}, {"num_warps": 2, "block_n": 128, "maxnreg": None},
                      {"num_warps": 2, "block_n": 128, "programs_per_sm": 16},
                      {"num_warps": 2, "block_n": 128, "maxnreg": None, "num_stages": 4}],
