@@ -29,6 +29,7 @@ reference (a wrong unpack shows as a large error).
         # the tiny family at short histories: 8-row programs, depth, split density, fp-segment tile, merge
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:32768,1:102400 --grid occupancy
         # register caps with deeper splits: more resident programs per SM (ncu: ~8 warps per SM, register-bound)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:8192,1:102400 --grid occupancy_d64
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -111,6 +112,8 @@ GRIDS = {
     "occupancy": [{}, {"maxnreg": 168}, {"maxnreg": 128}, {"programs_per_sm": 6, "maxnreg": 168},
                   {"programs_per_sm": 8, "maxnreg": 128}, {"programs_per_sm": 8, "maxnreg": 168},
                   {"programs_per_sm": 8, "maxnreg": 128, "num_stages": 3}],
+    "occupancy_d64": [{}, {"programs_per_sm": 6}, {"programs_per_sm": 6, "maxnreg": 168},
+                      {"programs_per_sm": 6, "maxnreg": 128}, {"programs_per_sm": 8, "maxnreg": 128}],
     "warps2_large": [{}, {"num_warps": 2, "block_n": 128}, {"num_warps": 2, "block_n": 128, "maxnreg": None},
                      {"num_warps": 2, "block_n": 128, "programs_per_sm": 16},
                      {"num_warps": 2, "block_n": 128, "maxnreg": None, "num_stages": 4}],
