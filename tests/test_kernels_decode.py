@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
                             uses_warp_tiles)
+from kernels.decode.launch import TINY_PAIR_PROGRAMS_PER_SM  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -322,6 +323,18 @@ def test_tiny_and_medium_grids_take_two_warp_programs():
             args, kw = make_inputs(1, 2 * group, 2, 1, head_dim, 700, 20, INT2[head_dim], INT2[head_dim], seed=9)
             out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1, maxnreg=None))
             assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_tiny_grid_splits_pair_rows_deeper():
+    """At batch 1, 2-bit K and V at head_dim 64 (pair rows) with up to 8 rows launch TINY_PAIR_PROGRAMS_PER_SM programs
+    per SM (results/bench/sweep_decode_occupancy.md); 16 rows, head_dim 128, 4-bit values and other grids keep 4."""
+    int2, int4 = INT2[64], INT4[64]
+    assert launch_config(64, True, "tiny", int2, int2, rows=3).programs_per_sm == TINY_PAIR_PROGRAMS_PER_SM == 6
+    assert launch_config(64, True, "tiny", int2, int2, rows=16).programs_per_sm == 4
+    assert launch_config(64, True, "tiny", int2, int4, rows=3).programs_per_sm == 4
+    assert launch_config(128, True, "tiny", INT2[128], INT2[128], rows=4).programs_per_sm == 4
+    assert launch_config(64, True, "small", int2, int2, rows=3).programs_per_sm == 4
+    assert launch_config(64, False, "large", int2, int2) == default_config(64, on_gpu=False)
 
 
 def test_int4_at_head_dim_128_takes_32_token_warp_tiles_on_medium_and_large_grids():

@@ -44,6 +44,7 @@ class DecodeConfig:
 
 GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
+TINY_PAIR_PROGRAMS_PER_SM = 6  # the tiny grid's split density with pair rows (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 
 
@@ -161,11 +162,17 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
-    64 and 256 and on the tiny and small grids the same change was slower)."""
+    64 and 256 and on the tiny and small grids the same change was slower); and on the tiny grid (batch 1) with 16-byte
+tokens (head_dim 64 at 2 bits: pair rows) and up to WARP_TILE_ROWS rows, TINY_PAIR_PROGRAMS_PER_SM programs per SM
+(H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 / 0.033 /
+0.034 ms, 1k to 32k unchanged; group 16 slower at 100k, and head_dim 128 not faster)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
     cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
     if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
         cfg = replace(cfg, block_n=cfg.block_n // 2)
+    if on_gpu and per_token and grid == "tiny" and rows <= WARP_TILE_ROWS and pair_token_fields(k_spec, v_spec,
+                                                                                                   head_dim):
+        cfg = replace(cfg, programs_per_sm=TINY_PAIR_PROGRAMS_PER_SM)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
     tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
@@ -233,6 +240,11 @@ def wide_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
     """K and V both store 4-bit codes at head_dim 128: 64 bytes per token and head, twice INT2's (head_dim 256 at 2
     bits has 64 bytes too, but its own tile: `default_config`; only this case was swept)."""
     return head_dim == 128 and k_spec.container_bits == 4 == v_spec.container_bits
+
+
+def pair_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """K and V both store 16 bytes per token (head_dim 64 at 2 bits): the layouts whose warp tiles read pair rows."""
+    return all(spec.axis == "token" and head_dim * spec.container_bits // 8 == 16 for spec in (k_spec, v_spec))
 
 
 def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
