@@ -13,7 +13,8 @@ it adds no CUDA graph of its own, since DecodeStep captures the whole step), so 
 (the MLP: its GEMMs plus one), the same for BF16 and every quantizer; each attention's q, k and v projections,
 and each gated MLP's gate and up projections, run as one GEMM over their concatenated weights
 (harness.fused_projections), and each stock pre-norm decoder layer's two residual adds run in the epilogues of the
-output and down projections (harness.fused_residuals). The attention path (the
+output and down projections (harness.fused_residuals); a Qwen3-style attention's q and k norms run inside its compiled
+RoPE call (harness.deferred_norms). The attention path (the
 cache's write, the quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled
 pieces as it does without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
 
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 
 import torch
 
+from harness.deferred_norms import deferred_norms, normed_rope_for, qk_norm_attentions, rope_taking_norms
 from harness.fused_projections import compiled_forward, fused_projections, gated_mlp
 from harness.fused_residuals import fused_residuals, residual_layers
 
@@ -76,19 +78,23 @@ def compile_step_refusal(model) -> str | None:
 
 @contextmanager
 def compiled_parts(model):
-    """Inside: the model's RMSNorms, MLPs (gate and up as one GEMM) and RoPE run compiled, each attention's q, k
-    and v projections as one GEMM (harness.fused_projections) and each stock decoder layer's residual adds in its
-    projections (harness.fused_residuals; see the module docstring); restored after."""
-    modules, namespaces = compilable_modules(model), rope_namespaces(model)
+    """Inside: the model's RMSNorms, MLPs (gate and up as one GEMM) and RoPE run compiled (a Qwen3-style attention's
+    q and k norms inside its RoPE call: harness.deferred_norms), each attention's q, k and v projections as one GEMM
+    (harness.fused_projections) and each stock decoder layer's residual adds in its projections
+    (harness.fused_residuals; see the module docstring); restored after."""
+    qk_normed, pending = qk_norm_attentions(model), {}
+    deferred = {id(a.q_norm) for a in qk_normed} | {id(a.k_norm) for a in qk_normed}   # applied by the RoPE call
+    modules = [m for m in compilable_modules(model) if id(m) not in deferred]
     residual_mlps = {id(m) for m in modules if gated_mlp(m)}              # compiled as fused_gated_mlp_forward
     layers = residual_layers(model)
-    stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in namespaces}
+    stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in rope_namespaces(model)}
     for module in modules:
         module.forward = types.MethodType(_compiled(compiled_forward(module)), module)
     for space, rope in stock_rope.items():
-        setattr(space, ROPE_FUNCTION, _compiled(rope))
+        setattr(space, ROPE_FUNCTION, functools.partial(rope_taking_norms, pending=pending, rope=_compiled(rope),
+                                                        normed=_compiled(normed_rope_for(rope))))
     try:
-        with fused_projections(model) as attentions:
+        with fused_projections(model) as attentions, deferred_norms(qk_normed, pending):
             fused = [layer for layer in layers if layer.self_attn in attentions]   # o_proj takes the residual
             with fused_residuals(fused, residual_mlps):
                 yield

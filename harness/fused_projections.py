@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from contextlib import contextmanager
 
 import torch
@@ -92,18 +93,21 @@ def _still_views(held, projections) -> bool:
 
 
 @functools.cache
-def _source_without_spaces(fn) -> str:
+def bare_source(fn) -> str:
+    """fn's source with comments and whitespace removed ('' where it has none): what the fused forwards check a
+    class forward against."""
     try:
-        return "".join(inspect.getsource(fn).split())
+        source = inspect.getsource(fn)
     except (OSError, TypeError):
         return ""
+    return "".join(re.sub(r"#[^\n]*", "", source).split())
 
 
 def gated_mlp(module: torch.nn.Module) -> bool:
     """A module whose class forward is transformers' gated MLP, down(act(gate(x)) * up(x)), over fusable gate and
     up projections (and no forward of its own instance)."""
     return ("forward" not in vars(module) and fusable(module, GATE_UP)
-            and _source_without_spaces(type(module).forward) in STOCK_GATED_MLPS)
+            and bare_source(type(module).forward) in STOCK_GATED_MLPS)
 
 
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -20,13 +20,11 @@ Linear (which harness.fused_projections runs); others keep their forward.
 from __future__ import annotations
 
 import functools
-import inspect
-import re
 from contextlib import contextmanager
 
 import torch
 
-from harness.fused_projections import PENDING_RESIDUAL, plain_linear
+from harness.fused_projections import PENDING_RESIDUAL, bare_source, plain_linear
 
 STOCK_LAYER_BODY = (  # transformers' pre-norm decoder layer forward (Llama, Qwen2, Qwen3, Mistral), whitespace removed
     "residual=hidden_stateshidden_states=self.input_layernorm(hidden_states)hidden_states,_=self.self_attn("
@@ -37,22 +35,12 @@ STOCK_LAYER_BODY = (  # transformers' pre-norm decoder layer forward (Llama, Qwe
 STOCK_ATTENTION_END = "attn_output=self.o_proj(attn_output)returnattn_output,attn_weights"
 
 
-@functools.cache
-def _bare_source(fn) -> str:
-    """fn's source with comments and whitespace removed ('' where it has none)."""
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
-    return "".join(re.sub(r"#[^\n]*", "", source).split())
-
-
 def residual_layer(module: torch.nn.Module) -> bool:
     """A stock pre-norm decoder layer (no forward of its own instance) whose attention returns its plain-Linear
     output projection's result."""
     attention = getattr(module, "self_attn", None)
-    return ("forward" not in vars(module) and _bare_source(type(module).forward).endswith(STOCK_LAYER_BODY)
-            and attention is not None and _bare_source(type(attention).forward).endswith(STOCK_ATTENTION_END)
+    return ("forward" not in vars(module) and bare_source(type(module).forward).endswith(STOCK_LAYER_BODY)
+            and attention is not None and bare_source(type(attention).forward).endswith(STOCK_ATTENTION_END)
             and plain_linear(getattr(attention, "o_proj", None)))
 
 
