@@ -10,7 +10,8 @@ at a batch-1 decode step four small kernels (1.0-1.3 us each on the H100, result
 launch gaps. Inside the block the q and k norms of such an attention only record themselves (`pending`) and hand
 their input on; the RoPE function that comes next applies both norms and the rotation in one compiled call
 (`normed_rope_for`: the norms' own class forwards, then the modeling module's own `apply_rotary_pos_emb`), the same
-operations in the same order, so inductor fuses them.
+operations in the same order, which inductor fuses into two kernels (q's norm and rotation, k's) where four ran: two
+launches fewer per layer (results/bench/bench_throughput_qk_norms.md).
 
 An attention is taken only where its class forward contains `QK_NORM_BLOCK` (its norms' outputs reach RoPE and
 nothing else; comments and whitespace removed) and its q and k norms have no forward of their own instance.
