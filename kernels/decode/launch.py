@@ -162,10 +162,11 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
-    64 and 256 and on the tiny and small grids the same change was slower); and on the tiny grid (batch 1) with 16-byte
-tokens (head_dim 64 at 2 bits: pair rows) and up to WARP_TILE_ROWS rows, TINY_PAIR_PROGRAMS_PER_SM programs per SM
-(H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 / 0.033 /
-0.034 ms, 1k to 32k unchanged; group 16 slower at 100k, and head_dim 128 not faster)."""
+    64 and 256 and on the tiny and small grids the same change was slower); and on the tiny grid (batch 1) with
+    16-byte tokens (head_dim 64 at 2 bits: pair rows) and up to WARP_TILE_ROWS rows, TINY_PAIR_PROGRAMS_PER_SM programs
+    per SM (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 /
+    0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k, head_dim 128 not faster; confirmed over the batch-1
+    grid with trees alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
     cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
     if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
