@@ -76,10 +76,10 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
 
 def default_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -> DecodeConfig:
     """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
-    if fmt == "turboquant_k3v3":
-        return turbo_gpu_config(shape.head_dim)
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
     grid, rows = point_grid(batch, ctx, shape), shape.q_heads // shape.kv_heads
+    if fmt == "turboquant_k3v3":
+        return turbo_gpu_config(d, grid)
     if fmt in LAUNCH_CHANGES:
         return replace(default_config(d, True, grid, per_token_layouts(k_spec, v_spec, d), rows), **LAUNCH_CHANGES[fmt])
     return launch_config(d, True, grid, k_spec, v_spec, rows)

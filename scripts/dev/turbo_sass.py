@@ -7,7 +7,7 @@ No GPU needed: Triton's bundled ptxas, nvdisasm and cuobjdump do the work (helpe
     python scripts/dev/turbo_sass.py --bits 2:4,4:2 --head-dims 128
 
 The kernel is specialized as a launch of `scripts/bench_formats.py`'s GQA-4 / 32k TurboQuant call would specialize
-it, on `kernels.turbo.decode.gpu_config`'s launch. The history loop is the loop whose body holds the HMMA
+it, on `kernels.turbo.decode.gpu_config`'s large-grid launch. The history loop is the loop whose body holds the HMMA
 instructions; its static instruction count is what one warp issues per BLOCK_N-token tile. Prints a Markdown table:
 registers, local-memory spills (LDL/STL), loop instructions (also per 128 tokens), the leading opcodes, and the
 shared-memory accesses and block barriers by full opcode.
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_sass import (compile_for_h100, cuda_tool, history_loop, opcodes, registers,  # noqa: E402
                          shared_memory_ops)
-from kernels.decode import LOG2E, ROW_BLOCK  # noqa: E402
-from kernels.turbo.decode import _decode_stage1_turbo_kernel, gpu_config  # noqa: E402
+from kernels.decode import LOG2E, WARP_TILE_ROWS  # noqa: E402
+from kernels.turbo.decode import _decode_stage1_turbo_kernel, chunk_rows, gpu_config  # noqa: E402
 
 KV_HEADS, GROUP, HIST, FP_ROWS = 8, 4, 32448, 320
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "kn_ptr": "*fp16", "vc_ptr": "*u8", "vs_ptr": "*fp16",
@@ -39,7 +39,8 @@ LOCAL_MEMORY = ("LDL", "STL")
 
 
 def runtime_arguments(head_dim: int, k_bits: int, v_bits: int) -> dict:
-    """Scalar arguments of the launch ([B, H, T, *] contiguous parts as kernels/turbo/layout.py stores them)."""
+    """Scalar arguments of the launch ([B, H, T, *] contiguous parts as kernels/turbo/layout.py stores them, the code
+    rows read as int32: `kernels.turbo.decode.int32_rows`)."""
     nk, nv, d = head_dim * k_bits // 8, head_dim * v_bits // 8, head_dim
     return dict(qk_scale=d ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=GROUP, n_hist_splits=16,
                 n_fp_splits=1, stride_qb=KV_HEADS * GROUP * d, stride_qh=d, stride_qt=d,
@@ -52,9 +53,10 @@ def runtime_arguments(head_dim: int, k_bits: int, v_bits: int) -> dict:
 
 def compile_turbo(head_dim: int, k_bits: int, v_bits: int):
     """(launch config, triton.compile of stage 1 for sm_90a) with the norm correction on, as turboquant_k3v3 runs."""
-    cfg = gpu_config(head_dim)
+    cfg = gpu_config(head_dim, "large")
     constexprs = dict(GROUP=GROUP, D=head_dim, K_BITS=k_bits, V_BITS=v_bits, NORM_CORRECTION=True,
-                      BLOCK_R=ROW_BLOCK, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True)
+                      KC=chunk_rows(head_dim), WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n,
+                      BLOCK_F=cfg.block_f, FP16=True)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     kernel = compile_for_h100(_decode_stage1_turbo_kernel, constexprs, runtime_arguments(head_dim, k_bits, v_bits),
                               POINTER_TYPES, options)

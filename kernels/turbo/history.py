@@ -1,0 +1,181 @@
+"""TurboQuant's packed history on warp tiles (stage 1 of `kernels.turbo.decode`): each warp owns a token sub-tile, the
+tokens are the score MMA's M and the value MMA's K, and nothing crosses warps inside the loop, as
+kernels/decode/warp_tiles.py does for INT2.
+
+A row's b-bit codes are one little-endian bit stream in which every 8 codes fill one b-byte word: word g (bytes
+g*b .. g*b + b-1, loaded and joined into an int32) holds coordinates 8g .. 8g + 7, code j at bits b*j. So no code is cut
+out of a byte it shares with another word: field j of every word (coordinates 8g + j) is one shift and one AND. A
+chunk is the K of one dot, KC = max(W, 16) rows for W = D / 8 words; row i holds word i % W's field
+c * (KC // W) + i // W (one field per chunk from head_dim 128 on, two at 64, where W = 8 is below the MMA's 16).
+
+Keys never materialise as vectors: a chunk's codes pick their centroids (a tree of selects on the code's bits), and
+    q.k_n = (norm_n / |c_n|) * sum_c centroids_c(K_n) [BLOCK_W, KC] @ q_c^T [KC, R]      (q_c: q at chunk c's coordinates)
+with |c_n| summed over the same centroids (norm correction). Values keep their codes, exact (fp16 subnormals
+2^-24 * code on the GPU, INT2's FIELD_TINY; the 2^24 returns at the store), and fold scale and zero as INT2 does:
+    O_c^T += codes_c(V)^T [KC, BLOCK_W] @ (P * s)^T [BLOCK_W, R],    minus sum_n p_n s_n z_n at the store.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernels.decode.common import TINY_SCALE, _store_lse
+from kernels.decode.packed import _load_token_meta, _split_meta
+from kernels.decode.warp_tiles import _warp_softmax_step
+
+
+@triton.jit
+def _centroid_table(cent_ptr, LEVELS: tl.constexpr):
+    """The codebook's LEVELS centroids as a tuple of fp32 scalars."""
+    table = ()
+    for i in tl.static_range(LEVELS):
+        table = table + (tl.load(cent_ptr + i).to(tl.float32),)
+    return table
+
+
+@triton.jit
+def _centroids(codes, table, BITS: tl.constexpr):
+    """table[codes] (fp32): a binary tree of selects on the code's bits, lowest bit first (2^BITS - 1 selects and
+    BITS bit tests per code)."""
+    level = table
+    for bit in tl.static_range(BITS):
+        on = (codes & (1 << bit)) != 0
+        picked = ()
+        for i in tl.static_range((1 << BITS) >> (bit + 1)):
+            picked = picked + (tl.where(on, level[2 * i + 1], level[2 * i]),)
+        level = picked
+    return level[0]
+
+
+@triton.jit
+def _words(c_ptr, tok, ok, word, stride_n, BITS: tl.constexpr):
+    """The words (8 codes in BITS bytes, little-endian; int32) number `word` of token rows `tok` (masked by ok; the
+    three broadcast to the result's shape), joined from their bytes."""
+    ptrs = c_ptr + tok * stride_n + word * BITS
+    words = tl.load(ptrs, mask=ok, other=0).to(tl.int32)
+    for k in tl.static_range(1, BITS):
+        words = words | (tl.load(ptrs + k, mask=ok, other=0).to(tl.int32) << (8 * k))
+    return words
+
+
+@triton.jit
+def _exact_codes(codes, FP16: tl.constexpr):
+    """Codes as dot operands: fp16 subnormals 2^-24 * code on the GPU (the bits themselves), fp32 otherwise."""
+    if FP16:
+        vals = codes.to(tl.int16).to(tl.float16, bitcast=True)
+    else:
+        vals = codes.to(tl.float32)
+    return vals
+
+
+@triton.jit
+def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, coords_of, WARPS: tl.constexpr, CHUNKS: tl.constexpr,
+                  PER: tl.constexpr, FP16: tl.constexpr):
+    """q times qk_scale at each chunk's coordinates (coords_of + c * PER), as the score dots' B operands: a tuple of
+    CHUNKS [WARPS, KC, R] tensors in the dot dtype."""
+    chunks = ()
+    for c in tl.static_range(CHUNKS):
+        x = tl.load(q_ptr + q_rows[:, None] + (coords_of + c * PER)[None, :], mask=row_ok[:, None], other=0.0)
+        x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)      # [R, KC]
+        chunks = chunks + (tl.broadcast_to(tl.trans(x)[None, :, :], (WARPS, x.shape[1], x.shape[0])),)
+    return chunks
+
+
+@triton.jit
+def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER: tl.constexpr,
+                BITS: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
+    """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], their fp32 norms):
+    (norm / |c|) * sum over chunks of centroids @ q_c^T (PER fields per chunk)."""
+    words = _words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], word[None, None, :], stride_kcn, BITS)
+    if PER > 1:
+        words = words >> (BITS * field)[None, None, :]                              # row i: field i // W first
+    squares = tl.zeros(words.shape, tl.float32)                                      # [WARPS, BLOCK_W, KC]
+    for c in tl.static_range(len(q_t)):
+        codes = (words >> (BITS * c * PER)) & ((1 << BITS) - 1)
+        cent = _centroids(codes, table, BITS)
+        if NORM_CORRECTION:
+            squares += cent * cent
+        if c == 0:
+            dots = tl.dot(cent.to(tl.float16 if FP16 else tl.float32), q_t[c])
+        else:
+            dots = tl.dot(cent.to(tl.float16 if FP16 else tl.float32), q_t[c], dots)   # [WARPS, BLOCK_W, R]
+    factor = norm
+    if NORM_CORRECTION:
+        factor = norm / tl.sqrt(tl.sum(squares, axis=2))                            # [WARPS, BLOCK_W]
+    return tl.where(mask_n[:, :, None], dots * factor[:, :, None], float("-inf"))
+
+
+@triton.jit
+def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, field, PER: tl.constexpr,
+                BITS: tl.constexpr, FP16: tl.constexpr):
+    """acc_c = alpha * acc_c + codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp; pz_sum = alpha *
+    pz_sum + sum p * s * z."""
+    dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    s, z = _split_meta(v_meta)                                                      # [WARPS, BLOCK_W]
+    pv = (p * s[:, :, None]).to(dtype)                                              # [WARPS, BLOCK_W, R]
+    pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
+    words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :], word[None, :, None], stride_vcn, BITS)
+    if PER > 1:
+        words = words >> (BITS * field)[None, :, None]
+    new_acc = ()
+    for c in tl.static_range(len(acc)):
+        codes = (words >> (BITS * c * PER)) & ((1 << BITS) - 1)                    # [WARPS, KC, BLOCK_W]
+        new_acc = new_acc + (tl.dot(_exact_codes(codes, FP16), pv, acc[c] * alpha[:, None, :]),)
+    return new_acc, pz_sum
+
+
+@triton.jit
+def _store_streams(m_i, l_i, pz_sum, acc, coords_of, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
+                   PER: tl.constexpr, FP16: tl.constexpr):
+    """Merge the [WARPS, R] softmax streams of each query row; store the normalized o (chunk c's row i at coordinate
+    coords_of[i] + c * PER) and the lse."""
+    m = tl.max(m_i, axis=0)                                                         # [R]
+    weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
+    l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
+    pz = tl.sum(pz_sum * weight, axis=0)                                            # [R]
+    for c in tl.static_range(len(acc)):
+        out = tl.sum(acc[c] * weight[:, None, :], axis=0) * (TINY_SCALE if FP16 else 1.0)  # [KC, R]
+        tl.store(part_o_ptr + slot[None, :] * D + (coords_of + c * PER)[:, None], (out - pz[None, :]) / l_safe[None, :],
+                 mask=row_ok[None, :])
+
+
+@triton.jit
+def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, vs_ptr, vz_ptr, cent_ptr,
+                      start, end, stride_kcn, stride_knn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
+                      D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, KC: tl.constexpr,
+                      NORM_CORRECTION: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr, FP16: tl.constexpr):
+    """Online softmax over TurboQuant history tokens [start, end) of one KV head, a BLOCK_N / WARPS token sub-tile per
+    warp with a [WARPS, R] running max / sum per sub-tile stream, merged across warps after the loop; stores o and
+    lse. The key norms and the value (scale, zero) pairs are loaded one tile ahead."""
+    W: tl.constexpr = D // 8                                                        # words per token row
+    PER: tl.constexpr = KC // W                                                     # fields per chunk
+    CHUNKS: tl.constexpr = 8 // PER
+    BLOCK_W: tl.constexpr = BLOCK_N // WARPS
+    R: tl.constexpr = row_ok.shape[0]
+    rows = tl.arange(0, KC)
+    word, field = rows % W, rows // W                                               # [KC] each
+    coords_of = 8 * word + field                                                    # chunk 0's coordinates
+    q_t = _query_chunks(q_ptr, q_rows, row_ok, qk_scale, coords_of, WARPS, CHUNKS, PER, FP16)
+    table = _centroid_table(cent_ptr, 1 << K_BITS)
+    m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
+    l_i = tl.zeros((WARPS, R), tl.float32)
+    pz_sum = tl.zeros((WARPS, R), tl.float32)
+    acc = ()
+    for c in tl.static_range(CHUNKS):
+        acc = acc + (tl.zeros((WARPS, KC, R), tl.float32),)
+    sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
+    norm = tl.load(kn_ptr + (start + sub) * stride_knn, mask=start + sub < end, other=0.0).to(tl.float32)
+    v_meta = _load_token_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + sub
+        mask_n = offs_n < end
+        ahead = offs_n + BLOCK_N
+        norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
+        v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
+        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER, K_BITS,
+                         NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, field,
+                                  PER, V_BITS, FP16)
+        norm, v_meta = norm_next, v_next
+    _store_streams(m_i, l_i, pz_sum, acc, coords_of, row_ok, slot, part_o_ptr, part_lse_ptr, D, PER, FP16)
