@@ -38,6 +38,20 @@ def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
         return replace(GPU_CONFIG, num_warps=2)
     return GPU_CONFIG
 
+def centroid_byte_table(centroids: torch.Tensor) -> tuple[int, int, int, int]:
+    """The fp16 bits of up to 8 centroids as the four byte tables of kernels/turbo/history.py's `_centroid_ptx`:
+    (low bytes of centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), little-endian, missing centroids 0. A host
+    tensor: computing it from a GPU tensor would synchronize (and fail inside a CUDA graph capture)."""
+    bits = centroids.detach().cpu().to(torch.float16).view(torch.int16).int().tolist()[:8]
+    bits += [0] * (8 - len(bits))
+    low, high = [b & 0xFF for b in bits], [(b >> 8) & 0xFF for b in bits]
+    return _little_endian(low[:4]), _little_endian(low[4:]), _little_endian(high[:4]), _little_endian(high[4:])
+
+
+def _little_endian(byte_values: list[int]) -> int:
+    return sum(v << (8 * i) for i, v in enumerate(byte_values))
+
+
 def chunk_rows(head_dim: int) -> int:
     """Rows of one dot chunk (kernels/turbo/history.py): the D / 8 words of a row, at least the MMA's 16."""
     return max(head_dim // 8, 16)
@@ -52,7 +66,8 @@ def _decode_stage1_turbo_kernel(
     stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
-    NORM_CORRECTION: tl.constexpr, KC: tl.constexpr, WARPS: tl.constexpr, BLOCK_R: tl.constexpr,
+    NORM_CORRECTION: tl.constexpr, KC: tl.constexpr, BYTE_TABLE: tl.constexpr, WARPS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
 ):
     split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
@@ -64,7 +79,7 @@ def _decode_stage1_turbo_kernel(
         kn, v_meta = kn_ptr + b * stride_knb + h * stride_knh, b * stride_vsb + h * stride_vsh
         _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, kn, vc, vs_ptr + v_meta, vz_ptr + v_meta, cent_ptr,
                           start, end, stride_kcn, stride_knn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
-                          D, K_BITS, V_BITS, KC, NORM_CORRECTION, BLOCK_N, WARPS, FP16)
+                          D, K_BITS, V_BITS, KC, BYTE_TABLE, NORM_CORRECTION, BLOCK_N, WARPS, FP16)
     else:
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
                     split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
@@ -91,12 +106,13 @@ def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_
 
 def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                            hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec, v_spec,
-                           centroids: torch.Tensor, num_splits: int | None = None,
-                           config: DecodeConfig | None = None) -> torch.Tensor:
+                           centroids: torch.Tensor, byte_table: tuple[int, int, int, int] | None = None,
+                           num_splits: int | None = None, config: DecodeConfig | None = None) -> torch.Tensor:
     """Attention of q [B, H_q, T_q, D] over [TurboQuant history | fp segment] -> [B, H_q, T_q, D].
 
     History parts as kernels/turbo/layout.py stores them ([B, H_kv, N, *]); centroids fp32 [2^k_bits] on q's
-    device. Lengths, the causal rule, num_splits and config as in `kernels.decode.decode_attention`.
+    device, byte_table their `centroid_byte_table` (None: computed here, a device-to-host copy). Lengths, the
+    causal rule, num_splits and config as in `kernels.decode.decode_attention`.
     """
     tensors = (q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                hist_len, fp_len, hist_start, fp_start, centroids)
@@ -110,6 +126,7 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
         config = gpu_config(head_dim, grid_size(q.shape[0] * kv_heads, sms, k_codes.shape[2], group * q_tokens))
     cfg = config or default_config(head_dim, on_gpu=False)
     row_block = _warp_rows(cfg, group * q_tokens)
+    byte_table = byte_table or centroid_byte_table(centroids)
 
     def stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters):      # two launches: counters None
         _decode_stage1_turbo_kernel[grid](
@@ -119,7 +136,8 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
             *q.stride()[:3], *k_codes.stride()[:3], *k_norm.stride()[:3],
             *v_codes.stride()[:3], *v_scale.stride()[:3], *fp_k.stride()[:3],
             GROUP=group, D=head_dim, K_BITS=k_spec.bits, V_BITS=v_spec.bits,
-            NORM_CORRECTION=k_spec.norm_correction, KC=chunk_rows(head_dim), WARPS=cfg.num_warps, BLOCK_R=row_block,
+            NORM_CORRECTION=k_spec.norm_correction, KC=chunk_rows(head_dim), BYTE_TABLE=byte_table,
+            WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )

@@ -47,6 +47,37 @@ def _centroids(codes, table, BITS: tl.constexpr):
     return level[0]
 
 
+@triton.constexpr_function
+def _centroid_ptx(byte_table):
+    """Inline PTX of a 3-bit (or 2-bit) centroid lookup, pack=4: input $2 holds 4 codes, one per byte (b0 lowest);
+    outputs $0 = fp16 pair (c[b0], c[b1]), $1 = (c[b2], c[b3]), element 2j in the low half of $j.
+
+    byte_table = (lo bytes of the fp16 centroids 0-3, of 4-7, hi bytes of 0-3, of 4-7). prmt.b32 picks, per output
+    byte, one of its two sources' 8 bytes by a selector nibble: x | x >> 4 puts b0 and b1 in the low two nibbles
+    (a code < 8 leaves the nibble's sign-mode bit clear), >> 16 of that b2 and b3; the low and the high bytes of
+    two centroids are picked apart and interleaved by a third prmt (selector 0x5140)."""
+    lo_a, lo_b, hi_a, hi_b = byte_table
+    lines = ["{", ".reg .b32 s01, s23, la, lb, ha, hb, p, q;",
+             f"mov.b32 la, {lo_a:#010x};", f"mov.b32 lb, {lo_b:#010x};",
+             f"mov.b32 ha, {hi_a:#010x};", f"mov.b32 hb, {hi_b:#010x};",
+             "shr.b32 s01, $2, 4;", "or.b32 s01, s01, $2;", "shr.b32 s23, s01, 16;"]
+    for out, sel in (("$0", "s01"), ("$1", "s23")):
+        lines += [f"prmt.b32 p, la, lb, {sel};", f"prmt.b32 q, ha, hb, {sel};", f"prmt.b32 {out}, p, q, 0x5140;"]
+    return "\n".join(lines + ["}"])
+
+
+@triton.jit
+def _key_centroids(codes, table, BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, FP16: tl.constexpr):
+    """Centroids of codes in the dot dtype: on the GPU up to 3 bits a byte-table lookup in inline PTX
+    (`_centroid_ptx`, 3 instructions per code against 2^BITS - 1 selects); otherwise `_centroids`, rounded."""
+    if FP16 and BITS <= 3:
+        vals = tl.inline_asm_elementwise(_centroid_ptx(BYTE_TABLE), "=r,=r,r", [codes.to(tl.uint8)],
+                                         dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        vals = _centroids(codes, table, BITS).to(tl.float16 if FP16 else tl.float32)
+    return vals
+
+
 @triton.jit
 def _words(c_ptr, tok, ok, word, stride_n, BITS: tl.constexpr):
     """The words (8 codes in BITS bytes, little-endian; int32) number `word` of token rows `tok` (masked by ok; the
@@ -83,26 +114,26 @@ def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, coords_of, WARPS: tl.constexp
 
 @triton.jit
 def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER: tl.constexpr,
-                BITS: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
+                BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
     """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], their fp32 norms):
-    (norm / |c|) * sum over chunks of centroids @ q_c^T (PER fields per chunk)."""
+    (norm / |c|) * sum over chunks of centroids @ q_c^T (PER fields per chunk). |c|^2 is a dot too: the squared
+    centroids against ones, so that it lands in the scores' layout, every column the same sum."""
     words = _words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], word[None, None, :], stride_kcn, BITS)
     if PER > 1:
         words = words >> (BITS * field)[None, None, :]                              # row i: field i // W first
-    squares = tl.zeros(words.shape, tl.float32)                                      # [WARPS, BLOCK_W, KC]
+    ones = tl.full(q_t[0].shape, 1.0, q_t[0].dtype)                                 # [WARPS, KC, R]
     for c in tl.static_range(len(q_t)):
-        codes = (words >> (BITS * c * PER)) & ((1 << BITS) - 1)
-        cent = _centroids(codes, table, BITS)
-        if NORM_CORRECTION:
-            squares += cent * cent
+        cent = _key_centroids((words >> (BITS * c * PER)) & ((1 << BITS) - 1), table, BITS, BYTE_TABLE, FP16)
         if c == 0:
-            dots = tl.dot(cent.to(tl.float16 if FP16 else tl.float32), q_t[c])
+            dots = tl.dot(cent, q_t[c])                                             # [WARPS, BLOCK_W, R]
+            squares = tl.dot(cent * cent, ones)
         else:
-            dots = tl.dot(cent.to(tl.float16 if FP16 else tl.float32), q_t[c], dots)   # [WARPS, BLOCK_W, R]
-    factor = norm
+            dots = tl.dot(cent, q_t[c], dots)
+            squares = tl.dot(cent * cent, ones, squares)
+    factor = norm[:, :, None]
     if NORM_CORRECTION:
-        factor = norm / tl.sqrt(tl.sum(squares, axis=2))                            # [WARPS, BLOCK_W]
-    return tl.where(mask_n[:, :, None], dots * factor[:, :, None], float("-inf"))
+        factor = factor / tl.sqrt(squares)
+    return tl.where(mask_n[:, :, None], dots * factor, float("-inf"))
 
 
 @triton.jit
@@ -143,7 +174,8 @@ def _store_streams(m_i, l_i, pz_sum, acc, coords_of, row_ok, slot, part_o_ptr, p
 def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, vs_ptr, vz_ptr, cent_ptr,
                       start, end, stride_kcn, stride_knn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                       D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, KC: tl.constexpr,
-                      NORM_CORRECTION: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr, FP16: tl.constexpr):
+                      BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, BLOCK_N: tl.constexpr,
+                      WARPS: tl.constexpr, FP16: tl.constexpr):
     """Online softmax over TurboQuant history tokens [start, end) of one KV head, a BLOCK_N / WARPS token sub-tile per
     warp with a [WARPS, R] running max / sum per sub-tile stream, merged across warps after the loop; stores o and
     lse. The key norms and the value (scale, zero) pairs are loaded one tile ahead."""
@@ -173,7 +205,7 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
         norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
         qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER, K_BITS,
-                         NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
+                         BYTE_TABLE, NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, field,
                                   PER, V_BITS, FP16)

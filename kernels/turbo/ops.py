@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.turbo.decode import decode_attention_turbo
+from kernels.turbo.decode import centroid_byte_table, decode_attention_turbo
 from kernels.turbo.layout import part_shapes
 from kernels.turbo.write import quantize_pack_turbo
 
@@ -14,6 +14,7 @@ class TurboKernels:
 
     def __init__(self, centroids: torch.Tensor, boundaries: torch.Tensor):
         self.centroids, self.boundaries = centroids.float().contiguous(), boundaries.float().contiguous()
+        self.byte_table = centroid_byte_table(self.centroids)
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def codebook(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,4 +30,5 @@ class TurboKernels:
         return part_shapes(shape, spec)
 
     def decode_attention(self, q, *operands, **kwargs) -> torch.Tensor:
-        return decode_attention_turbo(q, *operands, centroids=self.codebook(q.device)[0], **kwargs)
+        return decode_attention_turbo(q, *operands, centroids=self.codebook(q.device)[0], byte_table=self.byte_table,
+                                      **kwargs)

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_sass import (compile_for_h100, cuda_tool, history_loop, opcodes, registers,  # noqa: E402
                          shared_memory_ops)
 from kernels.decode import LOG2E, WARP_TILE_ROWS  # noqa: E402
-from kernels.turbo.decode import _decode_stage1_turbo_kernel, chunk_rows, gpu_config  # noqa: E402
+from baselines.turboquant import TurboQuant  # noqa: E402
+from kernels.turbo.decode import _decode_stage1_turbo_kernel, centroid_byte_table, chunk_rows, gpu_config  # noqa: E402
 
 KV_HEADS, GROUP, HIST, FP_ROWS = 8, 4, 32448, 320
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "kn_ptr": "*fp16", "vc_ptr": "*u8", "vs_ptr": "*fp16",
@@ -54,8 +55,10 @@ def runtime_arguments(head_dim: int, k_bits: int, v_bits: int) -> dict:
 def compile_turbo(head_dim: int, k_bits: int, v_bits: int):
     """(launch config, triton.compile of stage 1 for sm_90a) with the norm correction on, as turboquant_k3v3 runs."""
     cfg = gpu_config(head_dim, "large")
+    quantizer = TurboQuant(key_bits=k_bits, value_bits=v_bits)
+    quantizer._resolve(head_dim)
     constexprs = dict(GROUP=GROUP, D=head_dim, K_BITS=k_bits, V_BITS=v_bits, NORM_CORRECTION=True,
-                      KC=chunk_rows(head_dim), WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n,
+                      KC=chunk_rows(head_dim), BYTE_TABLE=centroid_byte_table(quantizer.centroids), WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n,
                       BLOCK_F=cfg.block_f, FP16=True)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     kernel = compile_for_h100(_decode_stage1_turbo_kernel, constexprs, runtime_arguments(head_dim, k_bits, v_bits),
