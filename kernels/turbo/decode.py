@@ -29,14 +29,20 @@ from kernels.turbo.layout import TIGHT_BITS, part_shapes
 GPU_CONFIG = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=2, merge_block=64)
 
 def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
-    """The GPU launch on `kernels.decode.grid_size`'s grid: 128-token tiles in four warps (32 tokens per warp), in two
-    warps on the tiny and small grids (batch 1-2) up to head_dim 128. H100, K3V3, group 4 (`bench_formats.py
-    --launch`, results/bench/bench_formats_turbo_warp_tiles.md): two warps took batch 1 / 32k from 0.094 to 0.083 ms
-    at head_dim 128 and 0.075 to 0.054 ms at 64, were slower at batch 8 and 32 and at head_dim 256 (0.19 -> 0.52 ms);
-    64- or 256-token tiles, eight warps and a 168-register cap were slower or within 10 % at one of the points."""
-    if grid in ("tiny", "small") and head_dim <= 128:
+    """The GPU launch on `kernels.decode.grid_size`'s grid: 128-token tiles in four warps (32 tokens per warp); two
+    warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap at head_dim 128 on the medium
+    and large grids. H100, K3V3, group 4, 32k and 100k (`bench_formats.py --launch`,
+    results/bench/bench_formats_turbo.md): two warps took batch 1 from 0.094 to 0.083 ms at head_dim 128 and from
+    0.075 to 0.054 ms at 64 before the byte-table lookup (within 2 % after it) and were slower at batch 8 and 32 and at
+    head_dim 256; the cap took batch 8 / 32k from 0.431 to 0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim
+    128 and was slower at 64 and 256 and at batch 1; 256-token tiles and eight warps were slower or mixed."""
+    small = grid in ("tiny", "small")
+    if small and head_dim <= 128:
         return replace(GPU_CONFIG, num_warps=2)
+    if head_dim == 128:
+        return replace(GPU_CONFIG, maxnreg=168)
     return GPU_CONFIG
+
 
 def centroid_byte_table(centroids: torch.Tensor) -> tuple[int, int, int, int]:
     """The fp16 bits of up to 8 centroids as the four byte tables of kernels/turbo/history.py's `_centroid_ptx`:
