@@ -4,15 +4,15 @@ kernels/decode/warp_tiles.py does for INT2.
 
 A row's b-bit codes are one little-endian bit stream in which every 8 codes fill one b-byte word: word g (bytes
 g*b .. g*b + b-1, loaded and joined into an int32) holds coordinates 8g .. 8g + 7, code j at bits b*j. So no code is cut
-out of a byte it shares with another word: field j of every word (coordinates 8g + j) is one shift and one AND. A
-chunk is the K of one dot, KC = max(W, 16) rows for W = D / 8 words; row i holds word i % W's field
-c * (KC // W) + i // W (one field per chunk from head_dim 128 on, two at 64, where W = 8 is below the MMA's 16).
+out of a byte it shares with another word: field j of every word (coordinates 8g + j) is one shift and one AND, the
+same for every row, so the codes reach the MMA layout as bytes. Chunk j (the K of one dot) is field j of the W = D / 8
+words, padded with zero rows to KC = max(W, 16) (the MMA's 16 at head_dim 64: its padding costs unpacking, not bytes).
 
 Keys never materialise as vectors: a chunk's codes pick their centroids (a tree of selects on the code's bits), and
-    q.k_n = (norm_n / |c_n|) * sum_c centroids_c(K_n) [BLOCK_W, KC] @ q_c^T [KC, R]      (q_c: q at chunk c's coordinates)
+    q.k_n = (norm_n / |c_n|) * sum_j centroids_j(K_n) [BLOCK_W, KC] @ q_j^T [KC, R]      (q_j: q at coordinates 8g + j)
 with |c_n| summed over the same centroids (norm correction). Values keep their codes, exact (fp16 subnormals
 2^-24 * code on the GPU, INT2's FIELD_TINY; the 2^24 returns at the store), and fold scale and zero as INT2 does:
-    O_c^T += codes_c(V)^T [KC, BLOCK_W] @ (P * s)^T [BLOCK_W, R],    minus sum_n p_n s_n z_n at the store.
+    O_j^T += codes_j(V)^T [KC, BLOCK_W] @ (P * s)^T [BLOCK_W, R],    minus sum_n p_n s_n z_n at the store.
 """
 from __future__ import annotations
 
@@ -100,30 +100,29 @@ def _exact_codes(codes, FP16: tl.constexpr):
 
 
 @triton.jit
-def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, coords_of, WARPS: tl.constexpr, CHUNKS: tl.constexpr,
-                  PER: tl.constexpr, FP16: tl.constexpr):
-    """q times qk_scale at each chunk's coordinates (coords_of + c * PER), as the score dots' B operands: a tuple of
-    CHUNKS [WARPS, KC, R] tensors in the dot dtype."""
+def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.constexpr, FP16: tl.constexpr):
+    """q times qk_scale at each chunk's coordinates 8 * word + j (0 on padding rows), as the score dots' B operands:
+    a tuple of 8 [WARPS, KC, R] tensors in the dot dtype."""
     chunks = ()
-    for c in tl.static_range(CHUNKS):
-        x = tl.load(q_ptr + q_rows[:, None] + (coords_of + c * PER)[None, :], mask=row_ok[:, None], other=0.0)
+    for j in tl.static_range(8):
+        x = tl.load(q_ptr + q_rows[:, None] + (8 * word + j)[None, :], mask=row_ok[:, None] & word_ok[None, :],
+                    other=0.0)
         x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)      # [R, KC]
         chunks = chunks + (tl.broadcast_to(tl.trans(x)[None, :, :], (WARPS, x.shape[1], x.shape[0])),)
     return chunks
 
 
 @triton.jit
-def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER: tl.constexpr,
-                BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
+def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, BITS: tl.constexpr,
+                BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
     """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], their fp32 norms):
-    (norm / |c|) * sum over chunks of centroids @ q_c^T (PER fields per chunk). |c|^2 is a dot too: the squared
-    centroids against ones, so that it lands in the scores' layout, every column the same sum."""
-    words = _words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], word[None, None, :], stride_kcn, BITS)
-    if PER > 1:
-        words = words >> (BITS * field)[None, None, :]                              # row i: field i // W first
-    ones = tl.full(q_t[0].shape, 1.0, q_t[0].dtype)                                 # [WARPS, KC, R]
+    (norm / |c|) * sum over chunks of centroids @ q_j^T. |c|^2 is a dot too: the squared centroids against ones (0 on
+    padding rows), so that it lands in the scores' layout, every column the same sum."""
+    words = _words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None] & word_ok[None, None, :], word[None, None, :],
+                   stride_kcn, BITS)                                                # [WARPS, BLOCK_W, KC]
+    ones = tl.broadcast_to(word_ok[None, :, None], q_t[0].shape).to(q_t[0].dtype)  # [WARPS, KC, R]
     for c in tl.static_range(len(q_t)):
-        cent = _key_centroids((words >> (BITS * c * PER)) & ((1 << BITS) - 1), table, BITS, BYTE_TABLE, FP16)
+        cent = _key_centroids((words >> (BITS * c)) & ((1 << BITS) - 1), table, BITS, BYTE_TABLE, FP16)
         if c == 0:
             dots = tl.dot(cent, q_t[c])                                             # [WARPS, BLOCK_W, R]
             squares = tl.dot(cent * cent, ones)
@@ -137,37 +136,36 @@ def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, fiel
 
 
 @triton.jit
-def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, field, PER: tl.constexpr,
-                BITS: tl.constexpr, FP16: tl.constexpr):
+def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok, BITS: tl.constexpr,
+                FP16: tl.constexpr):
     """acc_c = alpha * acc_c + codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp; pz_sum = alpha *
     pz_sum + sum p * s * z."""
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     s, z = _split_meta(v_meta)                                                      # [WARPS, BLOCK_W]
     pv = (p * s[:, :, None]).to(dtype)                                              # [WARPS, BLOCK_W, R]
     pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
-    words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :], word[None, :, None], stride_vcn, BITS)
-    if PER > 1:
-        words = words >> (BITS * field)[None, :, None]
+    words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :] & word_ok[None, :, None], word[None, :, None],
+                   stride_vcn, BITS)                                                # [WARPS, KC, BLOCK_W]
     new_acc = ()
     for c in tl.static_range(len(acc)):
-        codes = (words >> (BITS * c * PER)) & ((1 << BITS) - 1)                    # [WARPS, KC, BLOCK_W]
+        codes = (words >> (BITS * c)) & ((1 << BITS) - 1)
         new_acc = new_acc + (tl.dot(_exact_codes(codes, FP16), pv, acc[c] * alpha[:, None, :]),)
     return new_acc, pz_sum
 
 
 @triton.jit
-def _store_streams(m_i, l_i, pz_sum, acc, coords_of, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
-                   PER: tl.constexpr, FP16: tl.constexpr):
-    """Merge the [WARPS, R] softmax streams of each query row; store the normalized o (chunk c's row i at coordinate
-    coords_of[i] + c * PER) and the lse."""
+def _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
+                   FP16: tl.constexpr):
+    """Merge the [WARPS, R] softmax streams of each query row; store the normalized o (chunk j's row i at coordinate
+    8 * word[i] + j, padding rows not) and the lse."""
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
     pz = tl.sum(pz_sum * weight, axis=0)                                            # [R]
     for c in tl.static_range(len(acc)):
         out = tl.sum(acc[c] * weight[:, None, :], axis=0) * (TINY_SCALE if FP16 else 1.0)  # [KC, R]
-        tl.store(part_o_ptr + slot[None, :] * D + (coords_of + c * PER)[:, None], (out - pz[None, :]) / l_safe[None, :],
-                 mask=row_ok[None, :])
+        tl.store(part_o_ptr + slot[None, :] * D + (8 * word + c)[:, None], (out - pz[None, :]) / l_safe[None, :],
+                 mask=word_ok[:, None] & row_ok[None, :])
 
 
 @triton.jit
@@ -179,21 +177,17 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
     """Online softmax over TurboQuant history tokens [start, end) of one KV head, a BLOCK_N / WARPS token sub-tile per
     warp with a [WARPS, R] running max / sum per sub-tile stream, merged across warps after the loop; stores o and
     lse. The key norms and the value (scale, zero) pairs are loaded one tile ahead."""
-    W: tl.constexpr = D // 8                                                        # words per token row
-    PER: tl.constexpr = KC // W                                                     # fields per chunk
-    CHUNKS: tl.constexpr = 8 // PER
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
-    rows = tl.arange(0, KC)
-    word, field = rows % W, rows // W                                               # [KC] each
-    coords_of = 8 * word + field                                                    # chunk 0's coordinates
-    q_t = _query_chunks(q_ptr, q_rows, row_ok, qk_scale, coords_of, WARPS, CHUNKS, PER, FP16)
+    word = tl.arange(0, KC)                                                         # [KC] a chunk's rows
+    word_ok = word < D // 8                                                         # the rest pads to the MMA's 16
+    q_t = _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS, FP16)
     table = _centroid_table(cent_ptr, 1 << K_BITS)
     m_i = tl.full((WARPS, R), float("-inf"), tl.float32)
     l_i = tl.zeros((WARPS, R), tl.float32)
     pz_sum = tl.zeros((WARPS, R), tl.float32)
     acc = ()
-    for c in tl.static_range(CHUNKS):
+    for c in tl.static_range(8):
         acc = acc + (tl.zeros((WARPS, KC, R), tl.float32),)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     norm = tl.load(kn_ptr + (start + sub) * stride_knn, mask=start + sub < end, other=0.0).to(tl.float32)
@@ -204,10 +198,10 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
         ahead = offs_n + BLOCK_N
         norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
-        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, field, PER, K_BITS,
-                         BYTE_TABLE, NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
+        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, K_BITS, BYTE_TABLE,
+                         NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, field,
-                                  PER, V_BITS, FP16)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok,
+                                  V_BITS, FP16)
         norm, v_meta = norm_next, v_next
-    _store_streams(m_i, l_i, pz_sum, acc, coords_of, row_ok, slot, part_o_ptr, part_lse_ptr, D, PER, FP16)
+    _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_ptr, part_lse_ptr, D, FP16)
