@@ -33,8 +33,8 @@ def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
     warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap at head_dim 128 on the medium
     and large grids. H100, K3V3, group 4, 32k and 100k (`bench_formats.py --launch`,
     results/bench/bench_formats_turbo.md): two warps took batch 1 from 0.094 to 0.083 ms at head_dim 128 and from
-    0.075 to 0.054 ms at 64 before the byte-table lookup (within 2 % after it) and were slower at batch 8 and 32 and at
-    head_dim 256; the cap took batch 8 / 32k from 0.431 to 0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim
+    0.075 to 0.054 ms at 64 (measured before the byte-table lookup) and were slower at batch 8 and 32 and at head_dim
+    256; the cap took batch 8 / 32k from 0.431 to 0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim
     128 and was slower at 64 and 256 and at batch 1; 256-token tiles and eight warps were slower or mixed."""
     small = grid in ("tiny", "small")
     if small and head_dim <= 128:

@@ -30,6 +30,8 @@ reference (a wrong unpack shows as a large error).
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:32768,1:102400 --grid occupancy
         # register caps with deeper splits: more resident programs per SM (ncu: ~8 warps per SM, register-bound)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:8192,1:102400 --grid occupancy_d64
+    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 26:102400,20:102400,32:102400 --grid waves
+        # split density at large batches: does a filled last wave of programs pay? (results/bench/sweep_decode_waves.md)
 
 Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
 
@@ -117,6 +119,9 @@ GRIDS = {
     "warps2_large": [{}, {"num_warps": 2, "block_n": 128}, {"num_warps": 2, "block_n": 128, "maxnreg": None},
                      {"num_warps": 2, "block_n": 128, "programs_per_sm": 16},
                      {"num_warps": 2, "block_n": 128, "maxnreg": None, "num_stages": 4}],
+    "waves": [{}, {"programs_per_sm": 4}, {"programs_per_sm": 6}, {"programs_per_sm": 10}, {"programs_per_sm": 12},
+              {"programs_per_sm": 16}, {"programs_per_sm": 20}, {"programs_per_sm": 24}, {"programs_per_sm": 32},
+              {"programs_per_sm": 40}],
 }
 
 

@@ -60,7 +60,7 @@ def compile_turbo(head_dim: int, k_bits: int, v_bits: int):
     constexprs = dict(GROUP=GROUP, D=head_dim, K_BITS=k_bits, V_BITS=v_bits, NORM_CORRECTION=True,
                       KC=chunk_rows(head_dim), BYTE_TABLE=centroid_byte_table(quantizer.centroids), WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n,
                       BLOCK_F=cfg.block_f, FP16=True)
-    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     kernel = compile_for_h100(_decode_stage1_turbo_kernel, constexprs, runtime_arguments(head_dim, k_bits, v_bits),
                               POINTER_TYPES, options)
     return cfg, kernel
