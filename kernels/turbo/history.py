@@ -8,9 +8,10 @@ out of a byte it shares with another word: field j of every word (coordinates 8g
 same for every row, so the codes reach the MMA layout as bytes. Chunk j (the K of one dot) is field j of the W = D / 8
 words, padded with zero rows to KC = max(W, 16) (the MMA's 16 at head_dim 64: its padding costs unpacking, not bytes).
 
-Keys never materialise as vectors: a chunk's codes pick their centroids (a tree of selects on the code's bits), and
+Keys never materialise as vectors: a chunk's codes pick their centroids (on the GPU up to 3 bits a byte-table lookup
+in inline PTX, `_centroid_ptx`; otherwise a tree of selects on the code's bits), and
     q.k_n = (norm_n / |c_n|) * sum_j centroids_j(K_n) [BLOCK_W, KC] @ q_j^T [KC, R]      (q_j: q at coordinates 8g + j)
-with |c_n| summed over the same centroids (norm correction). Values keep their codes, exact (fp16 subnormals
+with |c_n|^2 a dot of the same centroids squared against ones (norm correction). Values keep their codes, exact (fp16 subnormals
 2^-24 * code on the GPU, INT2's FIELD_TINY; the 2^24 returns at the store), and fold scale and zero as INT2 does:
     O_j^T += codes_j(V)^T [KC, BLOCK_W] @ (P * s)^T [BLOCK_W, R],    minus sum_n p_n s_n z_n at the store.
 """
