@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 from baselines.turboquant import TurboQuant  # noqa: E402
 from baselines.turboquant_format import (TurboSpec, dequantize_keys, dequantize_values, quantize_keys,  # noqa: E402
                                          quantize_values)
+from kernels.decode.launch import DecodeConfig  # noqa: E402
 from kernels.decode.reference import attention_reference  # noqa: E402
 from kernels.format import QuantizedTensor  # noqa: E402
 from kernels.turbo.decode import decode_attention_turbo  # noqa: E402
@@ -171,3 +172,6 @@ def test_decode_kernel_refuses_bad_inputs(mutate, match):
     with pytest.raises(ValueError, match="centroids"):
         decode_attention_turbo(*args, sm_scale=0.125, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
                                centroids=quantizer.centroids[:4])
+    with pytest.raises(ValueError, match="16 tokens per warp"):
+        decode_attention_turbo(*args, sm_scale=0.125, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
+                               centroids=quantizer.centroids, config=DecodeConfig(block_n=64, num_warps=8))

@@ -28,6 +28,7 @@ from kernels.turbo.layout import TIGHT_BITS, part_shapes
 
 GPU_CONFIG = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=2, merge_block=64)
 
+
 def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
     """The GPU launch on `kernels.decode.grid_size`'s grid: 128-token tiles in four warps (32 tokens per warp); two
     warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap at head_dim 128 on the medium
@@ -46,8 +47,9 @@ def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
 
 def centroid_byte_table(centroids: torch.Tensor) -> tuple[int, int, int, int]:
     """The fp16 bits of up to 8 centroids as the four byte tables of kernels/turbo/history.py's `_centroid_ptx`:
-    (low bytes of centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), little-endian, missing centroids 0. A host
-    tensor: computing it from a GPU tensor would synchronize (and fail inside a CUDA graph capture)."""
+    (low bytes of centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), little-endian, missing centroids 0. Read on the
+    host: from a GPU tensor that is a device-to-host copy, which a CUDA graph capture refuses, so `TurboKernels` computes
+    it once from its host copy of the codebook."""
     bits = centroids.detach().cpu().to(torch.float16).view(torch.int16).int().tolist()[:8]
     bits += [0] * (8 - len(bits))
     low, high = [b & 0xFF for b in bits], [(b >> 8) & 0xFF for b in bits]
@@ -62,6 +64,7 @@ def chunk_rows(head_dim: int) -> int:
     """Rows of one dot chunk (kernels/turbo/history.py): the D / 8 words of a row, at least the MMA's 16."""
     return max(head_dim // 8, 16)
 
+
 @triton.jit
 def _decode_stage1_turbo_kernel(
     q_ptr, kc_ptr, kn_ptr, vc_ptr, vs_ptr, vz_ptr, fk_ptr, fv_ptr, cent_ptr,
@@ -73,8 +76,7 @@ def _decode_stage1_turbo_kernel(
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr, KC: tl.constexpr, BYTE_TABLE: tl.constexpr, WARPS: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
 ):
     split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
                                                            stride_qb, stride_qh, stride_qt, GROUP, BLOCK_R)
@@ -90,6 +92,7 @@ def _decode_stage1_turbo_kernel(
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
                     split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
                     part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
+
 
 def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                        hist_len, fp_len, hist_start, fp_start, k_spec, v_spec, centroids) -> None:
@@ -131,6 +134,9 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
         sms = _sm_count(q.device.index or 0)
         config = gpu_config(head_dim, grid_size(q.shape[0] * kv_heads, sms, k_codes.shape[2], group * q_tokens))
     cfg = config or default_config(head_dim, on_gpu=False)
+    if cfg.block_n // cfg.num_warps < 16:
+        raise ValueError(f"TurboQuant's warp tiles need at least 16 tokens per warp (the MMA's M), got block_n "
+                         f"{cfg.block_n} over {cfg.num_warps} warps.")
     row_block = _warp_rows(cfg, group * q_tokens)
     byte_table = byte_table or centroid_byte_table(centroids)
 
