@@ -48,8 +48,8 @@ def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
 def centroid_byte_table(centroids: torch.Tensor) -> tuple[int, int, int, int]:
     """The fp16 bits of up to 8 centroids as the four byte tables of kernels/turbo/history.py's `_centroid_ptx`:
     (low bytes of centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), little-endian, missing centroids 0. Read on the
-    host: from a GPU tensor that is a device-to-host copy, which a CUDA graph capture refuses, so `TurboKernels` computes
-    it once from its host copy of the codebook."""
+    host: from a GPU tensor that is a device-to-host copy, which a CUDA graph capture refuses, so `TurboKernels`
+    computes it once from its host copy of the codebook."""
     bits = centroids.detach().cpu().to(torch.float16).view(torch.int16).int().tolist()[:8]
     bits += [0] * (8 - len(bits))
     low, high = [b & 0xFF for b in bits], [(b >> 8) & 0xFF for b in bits]

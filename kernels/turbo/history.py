@@ -11,8 +11,9 @@ words, padded with zero rows to KC = max(W, 16) (the MMA's 16 at head_dim 64: it
 Keys never materialise as vectors: a chunk's codes pick their centroids (on the GPU up to 3 bits a byte-table lookup
 in inline PTX, `_centroid_ptx`; otherwise a tree of selects on the code's bits), and
     q.k_n = (norm_n / |c_n|) * sum_j centroids_j(K_n) [BLOCK_W, KC] @ q_j^T [KC, R]      (q_j: q at coordinates 8g + j)
-with |c_n|^2 a dot of the same centroids squared against ones (norm correction). Values keep their codes, exact (fp16 subnormals
-2^-24 * code on the GPU, INT2's FIELD_TINY; the 2^24 returns at the store), and fold scale and zero as INT2 does:
+with |c_n|^2 a dot of the same centroids squared against ones (norm correction). Values keep their codes, exact
+(INT2's `_field` with FIELD_TINY: 2^-24 * code, fp16 subnormals on the GPU; the 2^24 returns at the store), and fold
+scale and zero as INT2 does:
     O_j^T += codes_j(V)^T [KC, BLOCK_W] @ (P * s)^T [BLOCK_W, R],    minus sum_n p_n s_n z_n at the store.
 """
 from __future__ import annotations
@@ -20,8 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import TINY_SCALE, _store_lse
-from kernels.decode.packed import _load_token_meta, _split_meta
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
+from kernels.decode.packed import _field, _load_token_meta, _split_meta
 from kernels.decode.warp_tiles import _warp_softmax_step
 
 
@@ -91,16 +92,6 @@ def _words(c_ptr, tok, ok, word, stride_n, BITS: tl.constexpr):
 
 
 @triton.jit
-def _exact_codes(codes, FP16: tl.constexpr):
-    """Codes as dot operands: fp16 subnormals 2^-24 * code on the GPU (the bits themselves), fp32 otherwise."""
-    if FP16:
-        vals = codes.to(tl.int16).to(tl.float16, bitcast=True)
-    else:
-        vals = codes.to(tl.float32)
-    return vals
-
-
-@triton.jit
 def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.constexpr, FP16: tl.constexpr):
     """q times qk_scale at each chunk's coordinates 8 * word + j (0 on padding rows), as the score dots' B operands:
     a tuple of 8 [WARPS, KC, R] tensors in the dot dtype."""
@@ -148,9 +139,9 @@ def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vc
     words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :] & word_ok[None, :, None], word[None, :, None],
                    stride_vcn, BITS)                                                # [WARPS, KC, BLOCK_W]
     new_acc = ()
-    for c in tl.static_range(len(acc)):
-        codes = (words >> (BITS * c)) & ((1 << BITS) - 1)
-        new_acc = new_acc + (tl.dot(_exact_codes(codes, FP16), pv, acc[c] * alpha[:, None, :]),)
+    for c in tl.static_range(len(acc)):                                              # field c of every word
+        vals = _field(words >> (BITS * c), 0, BITS, FP16, FIELD_TINY, False)            # [WARPS, KC, BLOCK_W]
+        new_acc = new_acc + (tl.dot(vals, pv, acc[c] * alpha[:, None, :]),)
     return new_acc, pz_sum
 
 
@@ -164,7 +155,7 @@ def _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_pt
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
     pz = tl.sum(pz_sum * weight, axis=0)                                            # [R]
     for c in tl.static_range(len(acc)):
-        out = tl.sum(acc[c] * weight[:, None, :], axis=0) * (TINY_SCALE if FP16 else 1.0)  # [KC, R]
+        out = tl.sum(acc[c] * weight[:, None, :], axis=0) * TINY_SCALE                   # [KC, R]
         tl.store(part_o_ptr + slot[None, :] * D + (8 * word + c)[:, None], (out - pz[None, :]) / l_safe[None, :],
                  mask=word_ok[:, None] & row_ok[None, :])
 

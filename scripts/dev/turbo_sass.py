@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_sass import (compile_for_h100, cuda_tool, history_loop, opcodes, registers,  # noqa: E402
                          shared_memory_ops)
-from kernels.decode import LOG2E, WARP_TILE_ROWS  # noqa: E402
 from baselines.turboquant import TurboQuant  # noqa: E402
-from kernels.turbo.decode import _decode_stage1_turbo_kernel, centroid_byte_table, chunk_rows, gpu_config  # noqa: E402
+from kernels.decode import LOG2E, WARP_TILE_ROWS  # noqa: E402
+from kernels.turbo.decode import (_decode_stage1_turbo_kernel, centroid_byte_table, chunk_rows,  # noqa: E402
+                                  gpu_config)
 
 KV_HEADS, GROUP, HIST, FP_ROWS = 8, 4, 32448, 320
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "kn_ptr": "*fp16", "vc_ptr": "*u8", "vs_ptr": "*fp16",
@@ -40,8 +41,7 @@ LOCAL_MEMORY = ("LDL", "STL")
 
 
 def runtime_arguments(head_dim: int, k_bits: int, v_bits: int) -> dict:
-    """Scalar arguments of the launch ([B, H, T, *] contiguous parts as kernels/turbo/layout.py stores them, the code
-    rows read as int32: `kernels.turbo.decode.int32_rows`)."""
+    """Scalar arguments of the launch ([B, H, T, *] contiguous parts as kernels/turbo/layout.py stores them)."""
     nk, nv, d = head_dim * k_bits // 8, head_dim * v_bits // 8, head_dim
     return dict(qk_scale=d ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=GROUP, n_hist_splits=16,
                 n_fp_splits=1, stride_qb=KV_HEADS * GROUP * d, stride_qh=d, stride_qt=d,
@@ -58,9 +58,10 @@ def compile_turbo(head_dim: int, k_bits: int, v_bits: int):
     quantizer = TurboQuant(key_bits=k_bits, value_bits=v_bits)
     quantizer._resolve(head_dim)
     constexprs = dict(GROUP=GROUP, D=head_dim, K_BITS=k_bits, V_BITS=v_bits, NORM_CORRECTION=True,
-                      KC=chunk_rows(head_dim), BYTE_TABLE=centroid_byte_table(quantizer.centroids), WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n,
-                      BLOCK_F=cfg.block_f, FP16=True)
-    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
+                      KC=chunk_rows(head_dim), BYTE_TABLE=centroid_byte_table(quantizer.centroids),
+                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS, BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True)
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                   **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     kernel = compile_for_h100(_decode_stage1_turbo_kernel, constexprs, runtime_arguments(head_dim, k_bits, v_bits),
                               POINTER_TYPES, options)
     return cfg, kernel
