@@ -155,11 +155,13 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     assert ops["row-major", "True"]["HMMA"] == 64 and ops["warp tiles", "True"]["HMMA"] == 64
     for asm in ("False", "True"):  # one AND per fp16 pair and field (128 per 128 tokens and warp), a few others
         assert 128 <= ops["row-major", asm]["LOP3"] <= 136 and 256 <= ops["warp tiles", asm]["LOP3"] <= 272
-    assert ops["warp tiles", "True"]["per128"] < 0.7 * ops["row-major", "True"]["per128"]
+    assert ops["warp tiles", "True"]["per128"] < 0.5 * ops["row-major", "True"]["per128"]
     shared = {key: {op.split()[0]: int(op.split()[1]) for op in row[7].split(",")} for key, row in rows.items()}
     barriers = {key: sum(n for op, n in ops.items() if op.startswith("BAR.SYNC")) for key, ops in shared.items()}
     assert 0 < barriers["warp tiles", "False"] < barriers["row-major", "False"]  # fewer block barriers per tile
-    assert shared["warp tiles", "False"]["LDS.U8"] == 64  # the value codes' byte gathers (README, Known limits)
+    # the codes reach both MMAs as 16-bit words through matrix loads, no byte gathers (the row-major loop's remain)
+    assert "LDS.U8" not in shared["warp tiles", "False"] and shared["row-major", "False"]["LDS.U8"] == 32
+    assert sum(n for op, n in shared["warp tiles", "False"].items() if op.startswith("LDSM")) >= 12
 
 
 def test_single_launch_merge_orders_its_memory_on_the_h100():

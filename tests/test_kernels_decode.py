@@ -21,6 +21,7 @@ from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field
                             default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
                             uses_warp_tiles)
 from kernels.decode.launch import TINY_PAIR_PROGRAMS_PER_SM  # noqa: E402
+from kernels.decode.warp_tiles import _half_field_ptx  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -463,10 +464,11 @@ def test_stage2_dependent_launch_only_where_it_exists():
     assert not uses_pdl(replace(default_config(128, True), pdl=False), torch.device("cuda", 0), True)
 
 
-def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
-    """Emulate `_field_ptx` on uint32 words ($2) -> [N, 4] fp16 ($0 low, $0 high, $1 low, $1 high), PTX ISA rules:
-    prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c; and; sub.f16x2 per lane."""
-    regs = {"$2": word}
+def _run_ptx(ptx: str, word: np.ndarray, source: str = "$2", outputs: tuple = ("$0", "$1")) -> np.ndarray:
+    """Emulate `_field_ptx` on uint32 words (`source`) -> [N, 2 * len(outputs)] fp16 ($0 low, $0 high, $1 low, $1
+    high), PTX ISA rules: prmt (default mode) byte i = byte (c >> 4i) & 7 of {b, a}; lop3 LUT 0xEA = (a & b) | c;
+    and; shr (logical); sub.f16x2 per lane."""
+    regs = {source: word}
     for line in ptx.splitlines():
         op, *args = line.rstrip(";").replace(",", " ").split()
         if op in ("{", "}", ".reg"):
@@ -484,12 +486,14 @@ def _run_ptx(ptx: str, word: np.ndarray) -> np.ndarray:
             out = (a[0] & a[1]) | a[2]
         elif op == "and.b32":
             out = a[0] & a[1]
+        elif op == "shr.b32":
+            out = a[0] >> a[1]
         elif op == "sub.f16x2":
             out = (a[0].view(np.float16) - a[1].view(np.float16)).view(np.uint32)
         else:
             raise AssertionError(f"unexpected PTX: {line}")
         regs[args[0]] = out
-    return np.stack([regs["$0"], regs["$1"]], axis=1).view(np.float16)
+    return np.stack([regs[name] for name in outputs], axis=1).view(np.float16)
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
@@ -503,6 +507,20 @@ def test_field_ptx_matches_field(bits, mode):
         field = (codes & (((1 << bits) - 1) << (f * bits))).astype(np.float64)
         want = field * 2.0 ** -24 if mode == FIELD_TINY else field
         assert np.array_equal(_run_ptx(_field_ptx(bits, f, mode), words), want.astype(np.float16))
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_half_field_ptx_matches_the_bytes_fields(bits):
+    """`_half_field_ptx` on two 16-bit words (one register): lane j is field f of byte h (0: even, 1: odd) of word j
+    as `_field` (FIELD_TINY) reads it from that byte, for every byte value in both lanes."""
+    lo, hi = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    words16 = np.stack([(lo * 256 + hi), (hi * 256 + lo) ^ 0x5A3C], axis=-1).reshape(-1, 2)   # [65536, 2]
+    words = (words16[:, 0] | (words16[:, 1] << 16)).astype(np.uint32)
+    for f in range(8 // bits):
+        for h in range(2):
+            field = (words16 >> (8 * h)) & 0xFF & (((1 << bits) - 1) << (f * bits))    # [N, 2] per lane
+            got = _run_ptx(_half_field_ptx(bits, f, h), words, source="$1", outputs=("$0",))
+            assert np.array_equal(got, (field * 2.0 ** -24).astype(np.float16))
 
 
 def _replace(args, index, value):
@@ -519,6 +537,20 @@ def test_bad_inputs_raise_before_launch(mutate, match):
     args, kw = make_inputs(1, 8, 2, 1, 128, 16, 4, INT2[128], INT2[128])
     with pytest.raises(ValueError, match=match):
         decode_attention(*mutate(args), **kw)
+
+
+def test_warp_tiles_refuse_codes_at_odd_byte_strides():
+    """Warp tiles read the codes as 16-bit words: codes whose token stride is odd fail in one sentence before the
+    launch (the same tensor read through the row-major loop is fine)."""
+    args, kw = make_inputs(1, 8, 2, 1, 128, 16, 4, INT2[128], INT2[128])
+    codes = args[4]
+    odd = torch.zeros(*codes.shape[:3], codes.shape[3] + 1, dtype=codes.dtype, device=codes.device)[..., :-1]
+    odd.copy_(codes)
+    args = _replace(args, 4, odd)
+    with pytest.raises(ValueError, match="v_codes must start on an even byte with even strides"):
+        decode_attention(*args, **kw, config=DecodeConfig(block_n=64, block_f=32, num_stages=1, warp_tiles=True))
+    out = decode_attention(*args, **kw, config=DecodeConfig(block_n=64, block_f=32, num_stages=1))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
 def test_unsupported_head_dim_raises():

@@ -170,7 +170,9 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     q2 = ()
     for f in tl.static_range(KP):
         q2 = q2 + (tl.broadcast_to(_block_diagonal(q_true[f], KB, R)[None, :, :], (WARPS, 2 * KB, 2 * R)),)
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP, 2)        # acc: [WARPS, 2VB, 2R] each
+    # value pair rows stay bytes here: as 16-bit words (pairs.py) this loop was slower at batch 1 / 32k on the H100
+    # (29 -> 32 us at head_dim 64; results/bench/bench_formats_words.md)
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP, 2, False)  # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
     first = (start - start % K_GROUP) // 2                                           # the first group's first pair

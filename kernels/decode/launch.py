@@ -321,6 +321,15 @@ def _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero) -> N
         raise ValueError("scale/zero pairs must share strides.")
 
 
+def _check_word_aligned(k_codes: torch.Tensor, v_codes: torch.Tensor) -> None:
+    """Warp tiles read the packed codes as 16-bit words (kernels/decode/warp_tiles.py): every code tensor must start
+    on an even byte and step over tokens, heads and sequences by even byte counts."""
+    for name, codes in (("k_codes", k_codes), ("v_codes", v_codes)):
+        if codes.data_ptr() % 2 or any(stride % 2 for stride in codes.stride()[:3]):
+            raise ValueError(f"{name} must start on an even byte with even strides (16-bit loads), got strides "
+                             f"{tuple(codes.stride())}.")
+
+
 _MERGE_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -406,6 +415,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
+    if warp_tiles:
+        _check_word_aligned(k_codes, v_codes)
 
     def stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters):
         _decode_stage1_kernel[grid](

@@ -20,9 +20,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, TINY_SCALE
-from kernels.decode.packed import _field, _query_fields
-from kernels.decode.warp_tiles import _empty_streams, _store_warp_streams, _warp_softmax_step
+from kernels.decode.common import TINY_SCALE
+from kernels.decode.packed import _query_fields
+from kernels.decode.warp_tiles import _empty_streams, _half_field, _key_halves, _query_half, _store_warp_streams, \
+    _warp_softmax_step
 
 
 @triton.jit
@@ -73,7 +74,8 @@ def _scale_probs(p, meta, R: tl.constexpr):
 def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_BITS: tl.constexpr,
                      V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_f = alpha * acc_f + field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
-    pair tile packed [W, 2VB, PW] (P2'_g: p times the value scale of group g = f // V_FIELDS of each column's token,
+    pair tile packed [W, 2VB, PW] (bytes), or of each half of every field where the tile is [W, VB, PW] 16-bit words
+    (acc: two per field, rows = words; `_block_rows`) (P2'_g: p times the value scale of group g = f // V_FIELDS of each column's token,
     in the dot dtype); pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta: `_pair_meta`'s tuple."""
     VP: tl.constexpr = 8 // V_BITS
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
@@ -83,10 +85,13 @@ def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_B
         pv_g, pvz_g = _scale_probs(p, v_meta[g], R)                                  # [W, PW, 2R] each
         pv = pv + (pv_g.to(dtype),)
         new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pvz_g, axis=1),)
+    HALVES: tl.constexpr = len(acc) // VP
     new_acc = ()
     for f in tl.static_range(VP):
-        v = _field(packed, f, V_BITS, FP16, FIELD_TINY, ASM)                         # [W, 2VB, PW]
-        new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc[f] * alpha[:, None, :]),)
+        for h in tl.static_range(HALVES):
+            v = _half_field(packed, f, h, V_BITS, FP16, ASM)                        # [W, 2VB / halves, PW]
+            acc_u = acc[f * HALVES + h]
+            new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc_u * alpha[:, None, :]),)
     return new_acc, new_pz
 
 
@@ -100,10 +105,16 @@ def _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R
     token = 2 * pairs[:, :, None] + column_parity                                    # [W, PW, 2R]
     qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
     p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                            # alpha: [W, 2R]
-    vb = tl.arange(0, 2 * VB)
-    v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                        # [W, 2VB, PW]
-    packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
-                     other=0)                                                        # [W, 2VB, PW]
+    if len(acc) > 8 // V_BITS:                                                       # two halves per field
+        vw = tl.arange(0, VB)
+        v_token = 2 * pairs[:, None, :] + vw[None, :, None] // (VB // 2)              # [W, VB, PW]
+        packed = tl.load(vc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, None, :] * VB + vw[None, :, None],
+                         mask=v_token < end, other=0)                                # [W, VB, PW] words
+    else:
+        vb = tl.arange(0, 2 * VB)
+        v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [W, 2VB, PW]
+        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
+                         other=0)                                                    # [W, 2VB, PW]
     acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, V_FIELDS, FP16, ASM)
     return m_i, l_i, acc, pz_sum
 
@@ -140,14 +151,21 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp
     R: tl.constexpr = row_ok.shape[0]
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
+    KH: tl.constexpr = _key_halves(2 * D, K_BITS)                                  # a pair row's halves
     q2 = ()
     for f in tl.static_range(KP):
-        q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(qf[f]), KB, R).to(dtype)[None, :, :],
-                                   (WARPS, 2 * KB, 2 * R)),)                           # [WARPS, 2KB, 2R]
+        for h in tl.static_range(KH):
+            if KH == 1:
+                x = qf[f]                                                            # [R, KB]
+            else:  # coordinates 2j + h of field f
+                x = _query_half(q_ptr, q_rows, row_ok, qk_scale, f * KB + h + 2 * tl.arange(0, KB // 2), f, K_BITS,
+                                FP16)                                                # [R, KB / 2]
+            q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(x), KB // KH, R).to(dtype)[None, :, :],
+                                       (WARPS, 2 * KB // KH, 2 * R)),)               # [WARPS, 2KB / KH, 2R]
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2)              # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
-    kb = tl.arange(0, 2 * KB)
+    kb = tl.arange(0, 2 * KB // KH)
     first = start // 2
     k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1)
     v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1)
@@ -155,15 +173,20 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         pairs = p0 + sub                                                             # [WARPS, PW]
         k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1)         # a tile ahead
         v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1)
-        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
-        packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
-                         other=0)                                                    # [WARPS, PW, 2KB]
+        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)            # [WARPS, PW, 2KB / KH]
+        if KH == 2:
+            packed = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, :, None] * KB + kb[None, None, :],
+                             mask=k_token < end, other=0)                            # [WARPS, PW, KB] words
+        else:
+            packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
+                             other=0)                                                # [WARPS, PW, 2KB]
         for f in tl.static_range(KP - 1, -1, -1):
-            k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
-            if f == KP - 1:
-                qk = tl.dot(k, q2[f])
-            else:
-                qk = tl.dot(k, q2[f], qk)                                            # [WARPS, PW, 2R]
+            for h in tl.static_range(KH):
+                k = _half_field(packed, f, h, K_BITS, FP16, ASM)
+                if f == KP - 1 and h == 0:
+                    qk = tl.dot(k, q2[f * KH + h])
+                else:
+                    qk = tl.dot(k, q2[f * KH + h], qk)                               # [WARPS, PW, 2R]
         qk = _fold_key_meta(qk, q_sum2, k_meta[0], R)
         m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
                                              V_BITS, VP, FP16, ASM)
@@ -178,9 +201,15 @@ def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
     """The 2 * W (warp, parity) streams as warp_tiles.py's [2W, R] streams (the diagonal blocks of the value
     accumulators), merged and stored by its epilogue."""
     VP: tl.constexpr = 8 // V_BITS
+    HALVES: tl.constexpr = len(acc) // VP
     streams = ()
     for f in tl.static_range(VP):
-        streams = streams + (_diagonal_blocks(acc[f], W, VB, R),)                    # [2W, VB, R]
+        if HALVES == 1:
+            streams = streams + (_diagonal_blocks(acc[f], W, VB, R),)                # [2W, VB, R]
+        else:  # half h's row j is coordinate 2j + h of its token
+            even = _diagonal_blocks(acc[2 * f], W, VB // 2, R)                       # [2W, VB / 2, R]
+            odd = _diagonal_blocks(acc[2 * f + 1], W, VB // 2, R)
+            streams = streams + (tl.reshape(tl.permute(tl.join(even, odd), (0, 1, 3, 2)), (2 * W, VB, R)),)
     pz = ()
     for g in tl.static_range(VP // V_FIELDS):
         pz = pz + (_unpair_streams(pz_sum[g], W, R),)

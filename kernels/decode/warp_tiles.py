@@ -8,6 +8,24 @@ import triton.language as tl
 from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
 from kernels.decode.packed import _field, _load_token_meta, _query_fields, _split_meta
 
+HALF_WORD_ROWS = 32       # row blocks of >= this many bytes load as 16-bit words (`_value_tiles`)
+
+
+@triton.constexpr_function
+def _block_rows(D, V_BITS, V_GROUP, PAIRED=1):
+    """(row blocks per value field, bytes per block, halves per block): a field's D * bits / 8 bytes in one block, or
+    one per (scale, zero) group narrower than a field; a block of >= HALF_WORD_ROWS bytes (PAIRED = 2: two tokens'
+    blocks, pairs.py's pair rows) loads as 16-bit words and splits into its even and odd bytes (two halves)."""
+    blocks = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP
+    rows = D * V_BITS // 8 // blocks
+    return blocks, rows, 2 if PAIRED * rows >= HALF_WORD_ROWS else 1
+
+
+@triton.constexpr_function
+def _key_halves(D, K_BITS):
+    """Halves of a key field: 2 where its D * bits / 8 bytes load as >= 16 16-bit words (the MMA's K), else 1."""
+    return 2 if D * K_BITS // 8 >= HALF_WORD_ROWS else 1
+
 
 @triton.jit
 def _group_meta(s_ptr, z_ptr, offs_n, mask_n, stride_n, GROUPS: tl.constexpr):
@@ -33,6 +51,51 @@ def _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D: tl.constexpr, G
         x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)   # [R, WIDTH]
         sums = sums + (tl.sum(x.to(tl.float32), axis=1),)
     return sums
+
+
+@triton.jit
+def _query_half(q_ptr, q_rows, row_ok, qk_scale, coords, f: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr):
+    """q at coordinates `coords` of key field f, scaled and rounded as `_query_fields` makes its fields: [R, len]."""
+    x = tl.load(q_ptr + q_rows[:, None] + coords[None, :], mask=row_ok[:, None], other=0.0)
+    x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)
+    return x * (1.0 / (1 << (f * BITS)))                                            # exact power of two
+
+
+@triton.jit
+def _query_key_operands(q_ptr, q_rows, row_ok, qk_scale, qf, D: tl.constexpr, K_BITS: tl.constexpr,
+                        WARPS: tl.constexpr, FP16: tl.constexpr):
+    """The score dots' B operands, one per key field f and half h (`_key_halves`): q_f^T at the field's coordinates
+    of byte parity h ([WARPS, KB / halves, R]), as `_query_fields` scales and rounds them (qf: its fields)."""
+    KP: tl.constexpr = 8 // K_BITS
+    KB: tl.constexpr = D // KP
+    HALVES: tl.constexpr = _key_halves(D, K_BITS)
+    R: tl.constexpr = row_ok.shape[0]
+    half = tl.arange(0, KB // HALVES)
+    q_t = ()
+    for f in tl.static_range(KP):
+        for h in tl.static_range(HALVES):
+            if HALVES == 1:
+                x = qf[f]                                                           # [R, KB]
+            else:
+                x = _query_half(q_ptr, q_rows, row_ok, qk_scale, f * KB + h + 2 * half, f, K_BITS, FP16)
+            q_t = q_t + (tl.broadcast_to(tl.trans(x)[None, :, :], (WARPS, KB // HALVES, R)),)
+    return q_t
+
+
+@triton.jit
+def _key_tile(kc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, K_BITS: tl.constexpr):
+    """One key tile of tokens offs_n [WARPS, BLOCK_W]: [WARPS, BLOCK_W, KB] bytes, or [WARPS, BLOCK_W, KB / 2] 16-bit
+    words where a field has two halves (`_key_halves`)."""
+    KB: tl.constexpr = D * K_BITS // 8
+    KH: tl.constexpr = _key_halves(D, K_BITS)
+    if KH == 2:
+        kw = tl.arange(0, KB // 2)
+        tile = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + offs_n[:, :, None] * (stride_n // 2) + kw[None, None, :],
+                       mask=mask_n[:, :, None], other=0)
+    else:
+        kb = tl.arange(0, KB)
+        tile = tl.load(kc_ptr + offs_n[:, :, None] * stride_n + kb[None, None, :], mask=mask_n[:, :, None], other=0)
+    return tile
 
 
 @triton.jit
@@ -62,12 +125,10 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
     q_sums = _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D, KG, FP16)
-    q_t = ()
-    for f in tl.static_range(KP):
-        q_t = q_t + (tl.broadcast_to(tl.trans(qf[f])[None, :, :], (WARPS, KB, R)),)   # [WARPS, KB, R]
+    KH: tl.constexpr = _key_halves(D, K_BITS)
+    q_t = _query_key_operands(q_ptr, q_rows, row_ok, qk_scale, qf, D, K_BITS, WARPS, FP16)  # [WARPS, KB / KH, R]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
-    kb = tl.arange(0, KB)
     k_meta = _group_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn, KG)  # [WARPS, BLOCK_W, 2] each
     v_meta = _group_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn, VG)
     for n0 in range(start, end, BLOCK_N):
@@ -76,15 +137,15 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
         k_next = _group_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn, KG)
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
-        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=mask_n[:, :, None],
-                         other=0)                                                   # [WARPS, BLOCK_W, KB]
+        packed = _key_tile(kc_ptr, offs_n, mask_n, stride_kcn, D, K_BITS)          # [WARPS, BLOCK_W, KB / KH]
         for g in tl.static_range(KG):
             for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
-                k = _field(packed, f, K_BITS, FP16, FIELD_TINY, ASM)
-                if f == g * K_FIELDS + K_FIELDS - 1:
-                    dots = tl.dot(k, q_t[f])
-                else:
-                    dots = tl.dot(k, q_t[f], dots)                                  # [WARPS, BLOCK_W, R]
+                for h in tl.static_range(KH):
+                    k = _half_field(packed, f, h, K_BITS, FP16, ASM)
+                    if f == g * K_FIELDS + K_FIELDS - 1 and h == 0:
+                        dots = tl.dot(k, q_t[f * KH + h])
+                    else:
+                        dots = tl.dot(k, q_t[f * KH + h], dots)                     # [WARPS, BLOCK_W, R]
             s, z = _split_meta(k_meta[g])                                           # [WARPS, BLOCK_W]
             scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
             if g == 0:
@@ -101,36 +162,69 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
 
 @triton.jit
 def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, D: tl.constexpr, V_BITS: tl.constexpr,
-                   V_GROUP: tl.constexpr, PAIRED: tl.constexpr = 1):
+                   V_GROUP: tl.constexpr, PAIRED: tl.constexpr = 1, WORDS: tl.constexpr = True):
     """The (warp, query row) softmax streams before any token: running max -inf and sum 0 [WARPS, PAIRED * R], per
-    value group sum P' * zero [WARPS, PAIRED * R], per value field and row block (`_value_tiles`) accumulator
-    [WARPS, PAIRED * rows, PAIRED * R] (PAIRED = 2: pairs.py's pair rows and block-diagonal columns)."""
-    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
-    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    value group sum P' * zero [WARPS, PAIRED * R], per value field, row block and half (`_block_rows`) accumulator
+    [WARPS, PAIRED * rows / halves, PAIRED * R] (PAIRED = 2: pairs.py's pair rows and block-diagonal columns).
+    WORDS = False keeps byte tiles (one half) where `_block_rows` would take 16-bit words; the value loop reads the
+    tile kind from the number of accumulators."""
+    BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[0]
+    ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[1]
+    HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[2] if WORDS else 1
     pz_sum = ()
     for g in tl.static_range(D // V_GROUP):
         pz_sum = pz_sum + (tl.zeros((WARPS, PAIRED * R), tl.float32),)
     acc = ()
-    for u in tl.static_range(8 // V_BITS * BLOCKS):
-        acc = acc + (tl.zeros((WARPS, PAIRED * ROWS, PAIRED * R), tl.float32),)
+    for u in tl.static_range(8 // V_BITS * BLOCKS * HALVES):
+        acc = acc + (tl.zeros((WARPS, PAIRED * ROWS // HALVES, PAIRED * R), tl.float32),)
     m_i = tl.full((WARPS, PAIRED * R), float("-inf"), tl.float32)
     return m_i, tl.zeros((WARPS, PAIRED * R), tl.float32), pz_sum, acc
 
 
 @triton.jit
 def _value_tiles(vc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
-    """One transposed value tile of tokens offs_n [WARPS, BLOCK_W]: a tuple of [WARPS, ROWS, BLOCK_W] code tiles, a
-    field's D * bits / 8 bytes in one block, or in one block per (scale, zero) group where the groups are narrower
-    than a field (a group's coordinates are the field's bytes); transposed so that they stay in the cp.async
-    pipeline."""
-    BLOCKS: tl.constexpr = (D * V_BITS // 8 + V_GROUP - 1) // V_GROUP              # row blocks per field
-    ROWS: tl.constexpr = D * V_BITS // 8 // BLOCKS                                  # bytes per block
+    """One transposed value tile of tokens offs_n [WARPS, BLOCK_W]: a tuple of code tiles per row block
+    (`_block_rows`), transposed so that they stay in the cp.async pipeline: [WARPS, ROWS, BLOCK_W] bytes, or
+    [WARPS, ROWS / 2, BLOCK_W] 16-bit words (bytes 2i and 2i + 1 of a token) where a block has two halves. Words
+    reach the value MMA's A operand by 16-bit transposed matrix loads where bytes take one shared-memory load
+    each."""
+    BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
+    ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
+    HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[2]
     tiles = ()
     for j in tl.static_range(BLOCKS):
-        rows = j * ROWS + tl.arange(0, ROWS)
-        tiles = tiles + (tl.load(vc_ptr + offs_n[:, None, :] * stride_n + rows[None, :, None],
-                                 mask=mask_n[:, None, :], other=0),)                # [WARPS, rows, BLOCK_W]
+        rows = (j * ROWS) // HALVES + tl.arange(0, ROWS // HALVES)
+        if HALVES == 2:
+            words = vc_ptr.to(tl.pointer_type(tl.uint16)) + offs_n[:, None, :] * (stride_n // 2) + rows[None, :, None]
+            tiles = tiles + (tl.load(words, mask=mask_n[:, None, :], other=0),)     # [WARPS, rows / 2, BLOCK_W]
+        else:
+            tiles = tiles + (tl.load(vc_ptr + offs_n[:, None, :] * stride_n + rows[None, :, None],
+                                     mask=mask_n[:, None, :], other=0),)            # [WARPS, rows, BLOCK_W]
     return tiles
+
+
+@triton.constexpr_function
+def _half_field_ptx(bits, f, h):
+    """Inline PTX of `_half_field` (fp16), pack=2: input $1 holds two 16-bit words (tokens k and k + 1 of one row of
+    the MMA's A operand), output $0 the fp16 pair (field f of byte h of each word, FIELD_TINY): one and.b32 of both
+    lanes for the even bytes, a shift by 8 first for the odd ones (the bits it moves across lanes are masked)."""
+    mask = (((1 << bits) - 1) << (f * bits)) * 0x10001
+    if h == 0:
+        return f"and.b32 $0, $1, {mask:#010x};"
+    return "\n".join(["{", ".reg .b32 t;", "shr.b32 t, $1, 8;", f"and.b32 $0, t, {mask:#010x};", "}"])
+
+
+@triton.jit
+def _half_field(tile, f: tl.constexpr, h: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """Field f of half h (the even bytes: 0, the odd: 1) of a tile's 16-bit words, as `_field` (FIELD_TINY) reads
+    field f of bytes (on the GPU in inline PTX, `_half_field_ptx`); a byte tile (one half) is `_field` itself."""
+    if tile.dtype != tl.uint16:
+        return _field(tile, f, BITS, FP16, FIELD_TINY, ASM)
+    if FP16:
+        return tl.inline_asm_elementwise(_half_field_ptx(BITS, f, h), "=r,r", [tile], dtype=tl.float16,
+                                         is_pure=True, pack=2)
+    byte = (tile >> 8) & 0xFF if h == 1 else tile & 0xFF
+    return _field(byte, f, BITS, FP16, FIELD_TINY, ASM)
 
 
 @triton.jit
@@ -151,8 +245,9 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
     value tile (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g = alpha *
     pz_sum_g + sum P'_g * zero_g."""
     VB: tl.constexpr = D * V_BITS // 8
-    BLOCKS: tl.constexpr = len(tiles)                                               # row blocks per field
-    ROWS: tl.constexpr = tiles[0].shape[1]                                          # bytes per block
+    BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
+    ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
+    HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[2]
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     pv = ()
     new_pz = ()
@@ -164,9 +259,11 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
     new_acc = ()
     for f in tl.static_range(8 // V_BITS):
         for j in tl.static_range(BLOCKS):
-            v = _field(tiles[j], f, V_BITS, FP16, FIELD_TINY, ASM)                  # [WARPS, rows, BLOCK_W]
             group_pv = pv[(f * VB + j * ROWS) // V_GROUP]                          # the block's group
-            new_acc = new_acc + (tl.dot(v, group_pv, acc[f * BLOCKS + j] * alpha[:, None, :]),)
+            for h in tl.static_range(HALVES):
+                v = _half_field(tiles[j], f, h, V_BITS, FP16, ASM)                  # [WARPS, rows / halves, BLOCK_W]
+                acc_u = acc[(f * BLOCKS + j) * HALVES + h]
+                new_acc = new_acc + (tl.dot(v, group_pv, acc_u * alpha[:, None, :]),)
     return new_acc, new_pz
 
 
@@ -175,16 +272,19 @@ def _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
                         V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
     """Merge the [WARPS, R] softmax streams of each query row; store the normalized o and the lse."""
     VB: tl.constexpr = D * V_BITS // 8
-    BLOCKS: tl.constexpr = len(acc) // (8 // V_BITS)                                # row blocks per field
-    ROWS: tl.constexpr = acc[0].shape[1]                                            # bytes per block
-    rows = tl.arange(0, ROWS)
+    BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
+    ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
+    HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[2]
+    rows = tl.arange(0, ROWS // HALVES)
     m = tl.max(m_i, axis=0)                                                         # [R]
     weight = tl.exp2(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])           # [WARPS, R]
     l_safe = _store_lse(part_lse_ptr, slot, row_ok, m, tl.sum(l_i * weight, axis=0))
     for f in tl.static_range(8 // V_BITS):
         for j in tl.static_range(BLOCKS):
             pz = tl.sum(pz_sum[(f * VB + j * ROWS) // V_GROUP] * weight, axis=0)    # [R]
-            out = tl.sum(acc[f * BLOCKS + j] * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS)))
-            coords = f * VB + j * ROWS + rows                                       # [ROWS]
-            tl.store(part_o_ptr + slot[None, :] * D + coords[:, None], (out - pz[None, :]) / l_safe[None, :],
-                     mask=row_ok[None, :])
+            for h in tl.static_range(HALVES):
+                acc_u = acc[(f * BLOCKS + j) * HALVES + h]
+                out = tl.sum(acc_u * weight[:, None, :], axis=0) * (TINY_SCALE / (1 << (f * V_BITS)))
+                coords = f * VB + j * ROWS + HALVES * rows + h                      # [ROWS / HALVES]
+                tl.store(part_o_ptr + slot[None, :] * D + coords[:, None], (out - pz[None, :]) / l_safe[None, :],
+                         mask=row_ok[None, :])
