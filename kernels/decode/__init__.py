@@ -20,7 +20,9 @@ Two launches (flash-decoding):
       q.k_n = s_n * (q.c_n - z_n * sum(q)),    sum_n p_n v_n = sum_n (p_n s_n) c_n - sum_n p_n s_n z_n.
   With `DecodeConfig.warp_tiles` (the GPU default at every grid size) that layout runs `_history_warp_tiles`:
   each warp owns a token sub-tile, the tokens are the score MMA's M (no padded query rows), and nothing
-  crosses warps inside the loop.
+  crosses warps inside the loop. There a token's codes load as 16-bit words (fields of >= 32 bytes, or pair
+  rows at head_dim 64) and each field splits into its even and odd bytes, so that the codes reach the MMAs
+  through 16-bit matrix loads (warp_tiles.py, `_half_field`).
   Grouped token layouts and the KIVI channel layout dequantize each field instead.
   Splits s >= S_hist attend to the fp segment (BF16 sink + recent) with the causal rule for the
   T_q new tokens. Each split stores its normalized partial output and base-2 log-sum-exp.

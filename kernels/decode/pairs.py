@@ -13,7 +13,9 @@ pairs apart in the dots themselves:
 Column c of S2 is query row c % R against the token of parity c // R of every pair; each column keeps its own
 online-softmax stream (as each warp does), so the loop never mixes the two parities. O2_f's diagonal blocks
 (bytes of parity p against columns of parity p) are the wanted sums; the off-diagonal blocks are discarded
-after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle.
+after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle. A 32-byte pair
+row is 16 16-bit words, so the loop splits each field into its even and odd bytes as warp_tiles.py does (two
+dots per field, Q2 built per half; KIVI's value pair rows in channel_keys.py stay bytes).
 """
 from __future__ import annotations
 

@@ -1,5 +1,13 @@
 """The warp-tile history loop (`DecodeConfig.warp_tiles`) for per-token layouts: one or more (scale, zero) groups per
-token, each covering whole fields (a group of 128 at head_dim 256 and 2 bits: fields 0-1 and 2-3)."""
+token, each covering whole fields (a group of 128 at head_dim 256 and 2 bits: fields 0-1 and 2-3).
+
+A field of >= HALF_WORD_ROWS bytes (head_dim 128 and 256 at 2 bits, 4-bit codes) loads as 16-bit words, word i =
+bytes 2i and 2i + 1 of a token, and splits into two halves, its even and its odd bytes: two dots of half the K
+(keys: the query's coordinates split to match, `_query_key_operands`) or of half the M (values: one accumulator
+per half, row i of half h = coordinate 2i + h of the block). A register then holds two words of one MMA operand
+row, so field f of half h is one AND (h = 0) or a shift and an AND (`_half_field_ptx`), and Triton moves the
+words into the MMA layout with 16-bit matrix loads; byte tiles went through shared memory one byte at a time
+(LDS.U8, `scripts/dev/decode_sass.py`)."""
 from __future__ import annotations
 
 import triton
