@@ -219,3 +219,24 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("blockn=128")
     with pytest.raises(SystemExit, match="block_n needs an integer or true/false, got '12x'"):
         parse_launches("block_n=12x")
+
+
+def test_compare_runs_rebuilds_the_committed_before_after_tables():
+    """scripts/dev/compare_runs.py builds the before / after tables of results/bench from the committed run JSON: every
+    line it prints is in the Markdown file that quotes it (no hand-typed table), and it refuses a missing call."""
+    bench = ROOT / "results" / "bench"
+    jobs = [(bench / "bench_formats_words.md", ["bench_formats_words_runs.json", "--call", str(call), "--before",
+                                                "before", "--after", "words"]) for call in (1, 2, 4)]
+    jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
+             (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"])]
+    for markdown, args in jobs:
+        proc = subprocess.run([sys.executable, "scripts/dev/compare_runs.py", str(bench / args[0]), *args[1:]],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = proc.stdout.strip().splitlines()
+        text = markdown.read_text()
+        assert len(lines) > 3 and all(line in text for line in lines), markdown.name
+    proc = subprocess.run([sys.executable, "scripts/dev/compare_runs.py", str(bench / "bench_formats_words_runs.json"),
+                           "--call", "3", "--before", "before", "--after", "words"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0 and "no call 3" in proc.stderr

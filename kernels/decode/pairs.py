@@ -76,9 +76,10 @@ def _scale_probs(p, meta, R: tl.constexpr):
 def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_BITS: tl.constexpr,
                      V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_f = alpha * acc_f + field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
-    pair tile packed [W, 2VB, PW] (bytes), or of each half of every field where the tile is [W, VB, PW] 16-bit words
-    (acc: two per field, rows = words; `_block_rows`) (P2'_g: p times the value scale of group g = f // V_FIELDS of each column's token,
-    in the dot dtype); pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta: `_pair_meta`'s tuple."""
+    pair tile packed [W, 2VB, PW] (bytes), or for each half of every field where the tile is [W, VB, PW] 16-bit
+    words (two accumulators per field, one row per word); P2'_g: p times the value scale of group g = f // V_FIELDS
+    of each column's token, in the dot dtype; pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta:
+    `_pair_meta`'s tuple."""
     VP: tl.constexpr = 8 // V_BITS
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     pv = ()

@@ -1,6 +1,7 @@
 """Tables of benchmark runs of two trees made in one device call, from their JSON (no GPU needed).
 
-    python scripts/dev/compare_runs.py results/bench/bench_formats_words_runs.json --call 1 --before before --after words
+    python scripts/dev/compare_runs.py results/bench/bench_formats_words_runs.json --call 1 \
+        --before before --after words
     python scripts/dev/compare_runs.py results/bench/bench_throughput_words_runs.json --throughput
 
 bench_formats.py runs: the file holds {"calls": [{"call": n, "trees": {...}, "runs": [{"tree": label, "round": r,
@@ -56,9 +57,9 @@ def throughput_table(runs: list[dict]) -> list[str]:
         payload = run["payload"]
         for kind in ("rows", "same_budget"):
             for row in payload[kind]:
-                ratio = next((v for k, v in row.items() if k.startswith("throughput_vs")), "") if kind != "rows" else ""
-                lines.append(f"| {run['round']} | {run['tree']} | " + " | ".join(str(row[c]) for c in THROUGHPUT_COLUMNS)
-                             + f" | {ratio} |")
+                ratio = "" if kind == "rows" else next((v for k, v in row.items() if k.startswith("throughput_vs")), "")
+                cells = " | ".join(str(row[c]) for c in THROUGHPUT_COLUMNS)
+                lines.append(f"| {run['round']} | {run['tree']} | {cells} | {ratio} |")
     return lines
 
 
