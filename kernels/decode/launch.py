@@ -45,6 +45,7 @@ class DecodeConfig:
 GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 TINY_PAIR_PROGRAMS_PER_SM = 6  # the tiny grid's split density with pair rows (`launch_config`)
+TINY_PAIR_MAXNREG = 168  # and its register cap: 6 two-warp programs per SM need <= 168 registers (`launch_config`)
 TINY_INT2_D128 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's INT2 launch at head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 
@@ -167,7 +168,10 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     16-byte tokens (head_dim 64 at 2 bits: pair rows) and up to WARP_TILE_ROWS rows, TINY_PAIR_PROGRAMS_PER_SM programs
     per SM (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 /
     0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k, head_dim 128 not faster; confirmed over the batch-1
-    grid with trees alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md); and on the tiny grid at head_dim
+    grid with trees alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md), under a TINY_PAIR_MAXNREG cap
+    since the 16-bit code words (uncapped, that program now compiles to 239 registers, which leaves 4 programs per
+    SM; capped: 168, as it compiled before, no spill in its loop, 714 SASS instructions per 128 tokens against 835
+    before the words: offline, `scripts/dev/decode_sass.py`; not timed on a GPU); and on the tiny grid at head_dim
     128 with 2-bit K and V and up to WARP_TILE_ROWS rows a 168-register cap with 6 programs per SM (TINY_INT2_D128):
     the 16-bit code words took that loop from 244 to 224 registers, and the cap then lets 6 two-warp programs share
     an SM where 4 did (batch 1 / 100k 0.046 -> 0.042 ms on the H100, results/bench/sweep_tiny_int2_words.md)."""
@@ -177,7 +181,7 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         cfg = replace(cfg, block_n=cfg.block_n // 2)
     if on_gpu and per_token and grid == "tiny" and rows <= WARP_TILE_ROWS and pair_token_fields(k_spec, v_spec,
                                                                                                    head_dim):
-        cfg = replace(cfg, programs_per_sm=TINY_PAIR_PROGRAMS_PER_SM)
+        cfg = replace(cfg, programs_per_sm=TINY_PAIR_PROGRAMS_PER_SM, maxnreg=TINY_PAIR_MAXNREG)
     if on_gpu and per_token and grid == "tiny" and head_dim == 128 and rows <= WARP_TILE_ROWS and \
             k_spec.container_bits == v_spec.container_bits == 2:
         cfg = replace(cfg, **TINY_INT2_D128)
