@@ -15,17 +15,24 @@ online-softmax stream (as each warp does), so the loop never mixes the two parit
 (bytes of parity p against columns of parity p) are the wanted sums; the off-diagonal blocks are discarded
 after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle. A 32-byte pair
 row is 16 16-bit words, so the loop splits each field into its even and odd bytes as warp_tiles.py does (two
-dots per field, Q2 built per half; KIVI's value pair rows in channel_keys.py stay bytes).
+dots per field, Q2 built per half) for up to WARP_TILE_ROWS query rows; 16-row programs and KIVI's value pair rows
+(channel_keys.py) stay bytes.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from kernels.decode.common import TINY_SCALE
+from kernels.decode.common import TINY_SCALE, WARP_TILE_ROWS
 from kernels.decode.packed import _query_fields
 from kernels.decode.warp_tiles import _empty_streams, _half_field, _key_halves, _query_half, _store_warp_streams, \
     _warp_softmax_step
+
+
+@triton.constexpr_function
+def _pair_words(rows):
+    """Pair rows load as 16-bit words in programs of up to WARP_TILE_ROWS query rows (`_history_warp_pairs`)."""
+    return rows <= WARP_TILE_ROWS
 
 
 @triton.jit
@@ -154,7 +161,10 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp
     R: tl.constexpr = row_ok.shape[0]
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
-    KH: tl.constexpr = _key_halves(2 * D, K_BITS)                                  # a pair row's halves
+    # a pair row's codes as 16-bit words (two halves per field) up to WARP_TILE_ROWS query rows; 16-row programs
+    # keep bytes: with words they spill in the loop (offline SASS, 23 spill instructions on the tiny grid's launch)
+    WORDS: tl.constexpr = _pair_words(R)
+    KH: tl.constexpr = _key_halves(2 * D, K_BITS) if WORDS else 1
     q2 = ()
     for f in tl.static_range(KP):
         for h in tl.static_range(KH):
@@ -166,7 +176,7 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
             q2 = q2 + (tl.broadcast_to(_block_diagonal(tl.trans(x), KB // KH, R).to(dtype)[None, :, :],
                                        (WARPS, 2 * KB // KH, 2 * R)),)               # [WARPS, 2KB / KH, 2R]
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
-    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2)              # acc: [WARPS, 2VB, 2R] each
+    m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2, WORDS)       # acc: [WARPS, 2VB / KH, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB // KH)
     first = start // 2

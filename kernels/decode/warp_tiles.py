@@ -175,7 +175,7 @@ def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, D: tl.constexpr, V_BITS
     value group sum P' * zero [WARPS, PAIRED * R], per value field, row block and half (`_block_rows`) accumulator
     [WARPS, PAIRED * rows / halves, PAIRED * R] (PAIRED = 2: pairs.py's pair rows and block-diagonal columns).
     WORDS = False keeps byte tiles (one half) where `_block_rows` would take 16-bit words: pairs.py's value loop,
-    the only one that takes it, reads the tile kind from the number of accumulators."""
+    whose callers pass it, reads the tile kind from the number of accumulators."""
     BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[0]
     ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[1]
     HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP, PAIRED)[2] if WORDS else 1
