@@ -164,6 +164,23 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     assert sum(n for op, n in shared["warp tiles", "False"].items() if op.startswith("LDSM")) >= 12
 
 
+def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
+    """`decode_sass.py --launches` compiles INT2's launch on every grid (head_dim 64 / 128 / 256, 8- and 16-row
+    programs) for sm_90a offline: no history loop spills except under the small grid's 128-register cap, and the
+    word loops stay below the byte loops' instruction counts (results/bench/decode_sass.md)."""
+    proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--launches"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and
+            line.split("|")[1].strip().isdigit()]
+    launches = {(int(r[0]), int(r[1]), r[2].strip()): (r[5].strip(), int(r[6]), int(r[7]), int(r[8])) for r in rows}
+    assert len(launches) == 24
+    for (head_dim, group, grid), (maxnreg, registers, per128, spills) in launches.items():
+        assert spills == 0 or maxnreg == "128", (head_dim, group, grid, spills)
+    assert launches[64, 4, "tiny"][1:] == (168, 714, 0)          # capped pair words: 6 programs per SM fit
+    assert launches[128, 4, "large"][2] < 420 and launches[256, 4, "large"][2] < 710   # 570 / 990 as bytes
+
+
 def test_single_launch_merge_orders_its_memory_on_the_h100():
     """DecodeConfig.single_launch compiled for sm_90a offline: the partials are stored before a block barrier, one
     thread fences (release) and takes the counter at GPU scope, invalidates L1 (acquire) and shares the count

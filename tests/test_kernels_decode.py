@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
                             uses_warp_tiles)
-from kernels.decode.launch import TINY_INT2_D128, TINY_PAIR_MAXNREG, TINY_PAIR_PROGRAMS_PER_SM  # noqa: E402
+from kernels.decode.launch import TINY_INT2  # noqa: E402
 from kernels.decode.warp_tiles import _half_field_ptx  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
@@ -327,11 +327,12 @@ def test_tiny_and_medium_grids_take_two_warp_programs():
 
 
 def test_tiny_grid_splits_pair_rows_deeper():
-    """At batch 1, 2-bit K and V at head_dim 64 (pair rows) with up to 8 rows launch TINY_PAIR_PROGRAMS_PER_SM programs
-    per SM (results/bench/sweep_decode_occupancy.md); 16 rows, head_dim 128, 4-bit values and other grids keep 4."""
+    """At batch 1, 2-bit K and V at head_dim 64 (pair rows) with up to 8 rows launch TINY_INT2's 6 programs per SM
+    (results/bench/sweep_decode_occupancy.md) under its 168-register cap; 16 rows, 4-bit values and other grids keep
+    4."""
     int2, int4 = INT2[64], INT4[64]
-    assert launch_config(64, True, "tiny", int2, int2, rows=3).programs_per_sm == TINY_PAIR_PROGRAMS_PER_SM == 6
-    assert launch_config(64, True, "tiny", int2, int2, rows=3).maxnreg == TINY_PAIR_MAXNREG == 168  # 6 fit per SM
+    assert launch_config(64, True, "tiny", int2, int2, rows=3).programs_per_sm == TINY_INT2["programs_per_sm"] == 6
+    assert launch_config(64, True, "tiny", int2, int2, rows=3).maxnreg == TINY_INT2["maxnreg"] == 168  # 6 fit per SM
     assert launch_config(64, True, "tiny", int2, int2, rows=16).programs_per_sm == 4
     assert launch_config(64, True, "tiny", int2, int4, rows=3).programs_per_sm == 4
     assert launch_config(64, True, "small", int2, int2, rows=3).programs_per_sm == 4
@@ -340,12 +341,12 @@ def test_tiny_grid_splits_pair_rows_deeper():
 
 def test_tiny_grid_caps_int2_registers_at_head_dim_128():
     """At batch 1, 2-bit K and V at head_dim 128 with up to 8 rows launch 6 two-warp programs per SM under a
-    168-register cap (TINY_INT2_D128, results/bench/sweep_tiny_int2_words.md); 16 rows, 4-bit codes and the other
+    168-register cap (TINY_INT2, results/bench/sweep_tiny_int2_words.md); 16 rows, 4-bit codes and the other
     grids keep their launch (head_dim 64: the pair rows' own, above), and the capped launch merges to the
     reference's result."""
     int2 = INT2[128]
     capped = launch_config(128, True, "tiny", int2, int2, rows=4)
-    assert (capped.maxnreg, capped.programs_per_sm) == (TINY_INT2_D128["maxnreg"], TINY_INT2_D128["programs_per_sm"])
+    assert (capped.maxnreg, capped.programs_per_sm) == (TINY_INT2["maxnreg"], TINY_INT2["programs_per_sm"])
     assert replace(capped, maxnreg=None, programs_per_sm=4) == default_config(128, on_gpu=True, grid="tiny")
     for other in (launch_config(128, True, "tiny", int2, int2, rows=16), launch_config(128, True, "tiny", INT4[128],
                   INT4[128], rows=4), launch_config(128, True, "small", int2, int2, rows=4)):

@@ -44,9 +44,7 @@ class DecodeConfig:
 
 GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
-TINY_PAIR_PROGRAMS_PER_SM = 6  # the tiny grid's split density with pair rows (`launch_config`)
-TINY_PAIR_MAXNREG = 168  # and its register cap: 6 two-warp programs per SM need <= 168 registers (`launch_config`)
-TINY_INT2_D128 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's INT2 launch at head_dim 128 (`launch_config`)
+TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 
 
@@ -165,26 +163,22 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
     64 and 256 and on the tiny and small grids the same change was slower); and on the tiny grid (batch 1) with
-    16-byte tokens (head_dim 64 at 2 bits: pair rows) and up to WARP_TILE_ROWS rows, TINY_PAIR_PROGRAMS_PER_SM programs
-    per SM (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 /
-    0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k, head_dim 128 not faster; confirmed over the batch-1
-    grid with trees alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md), under a TINY_PAIR_MAXNREG cap
-    since the 16-bit code words (uncapped, that program now compiles to 239 registers, which leaves 4 programs per
-    SM; capped: 168, as it compiled before, no spill in its loop, 714 SASS instructions per 128 tokens against 835
-    before the words: offline, `scripts/dev/decode_sass.py`; not timed on a GPU); and on the tiny grid at head_dim
-    128 with 2-bit K and V and up to WARP_TILE_ROWS rows a 168-register cap with 6 programs per SM (TINY_INT2_D128):
-    the 16-bit code words took that loop from 244 to 224 registers, and the cap then lets 6 two-warp programs share
-    an SM where 4 did (batch 1 / 100k 0.046 -> 0.042 ms on the H100, results/bench/sweep_tiny_int2_words.md)."""
+    2-bit K and V at head_dim 64 or 128 and up to WARP_TILE_ROWS rows, 6 two-warp programs per SM under a 168-register
+    cap (TINY_INT2). At head_dim 64 (pair rows) 6 per SM were measured against 4 (H100,
+    results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 / 0.033 / 0.034
+    ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1 grid with trees alternating,
+    results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers; the 16-bit code words
+    would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
+    scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md; not timed on a GPU since). At head_dim 128
+    the words took the program from 244 to 224 registers, and the cap with 6 per SM made batch 1 / 100k 0.046 ->
+    0.041 ms (H100, results/bench/sweep_tiny_int2_words.md)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
     cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
     if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
         cfg = replace(cfg, block_n=cfg.block_n // 2)
-    if on_gpu and per_token and grid == "tiny" and rows <= WARP_TILE_ROWS and pair_token_fields(k_spec, v_spec,
-                                                                                                   head_dim):
-        cfg = replace(cfg, programs_per_sm=TINY_PAIR_PROGRAMS_PER_SM, maxnreg=TINY_PAIR_MAXNREG)
-    if on_gpu and per_token and grid == "tiny" and head_dim == 128 and rows <= WARP_TILE_ROWS and \
+    if on_gpu and per_token and grid == "tiny" and head_dim <= 128 and rows <= WARP_TILE_ROWS and \
             k_spec.container_bits == v_spec.container_bits == 2:
-        cfg = replace(cfg, **TINY_INT2_D128)
+        cfg = replace(cfg, **TINY_INT2)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
     tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
@@ -254,11 +248,6 @@ def wide_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
     return head_dim == 128 and k_spec.container_bits == 4 == v_spec.container_bits
 
 
-def pair_token_fields(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
-    """K and V both store 16 bytes per token (head_dim 64 at 2 bits): the layouts whose warp tiles read pair rows."""
-    return all(spec.axis == "token" and head_dim * spec.container_bits // 8 == 16 for spec in (k_spec, v_spec))
-
-
 def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """K and V both hold per-token (scale, zero) groups of whole fields: the layouts warp tiles serve (the
     single-group layout, and e.g. two groups of 128 at head_dim 256 and 2 bits)."""
@@ -292,6 +281,14 @@ def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Te
     layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
     return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
             and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and layouts)
+
+
+def uses_pair_words(cfg: DecodeConfig, row_block: int) -> bool:
+    """Pair rows (kernels/decode/pairs.py) read their codes as 16-bit words in programs of up to WARP_TILE_ROWS query
+    rows under no register cap below 168; 16-row programs and the small grid's 128-register cap keep bytes, where
+    words spill inside the loop (offline, `python scripts/dev/decode_sass.py --launches`: 23 spill instructions on
+    the tiny grid's 16-row launch, 36 against 5 on the small grid's 8-row one; results/bench/decode_sass.md)."""
+    return row_block <= WARP_TILE_ROWS and (cfg.maxnreg is None or cfg.maxnreg >= 168)
 
 
 def _warp_rows(cfg: DecodeConfig, rows: int) -> int:
@@ -439,7 +436,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             GROUP=group, D=head_dim, K_BITS=k_spec.container_bits, V_BITS=v_spec.container_bits,
             K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
-            WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
+            WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, PAIR_WORDS=uses_pair_words(cfg, row_block),
+            WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),

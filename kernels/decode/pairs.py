@@ -15,7 +15,7 @@ online-softmax stream (as each warp does), so the loop never mixes the two parit
 (bytes of parity p against columns of parity p) are the wanted sums; the off-diagonal blocks are discarded
 after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle. A 32-byte pair
 row is 16 16-bit words, so the loop splits each field into its even and odd bytes as warp_tiles.py does (two
-dots per field, Q2 built per half) for up to WARP_TILE_ROWS query rows; 16-row programs and KIVI's value pair rows
+dots per field, Q2 built per half) where the launch says so (`uses_pair_words`); KIVI's value pair rows
 (channel_keys.py) stay bytes.
 """
 from __future__ import annotations
@@ -23,16 +23,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import TINY_SCALE, WARP_TILE_ROWS
+from kernels.decode.common import TINY_SCALE
 from kernels.decode.packed import _query_fields
 from kernels.decode.warp_tiles import _empty_streams, _half_field, _key_halves, _query_half, _store_warp_streams, \
     _warp_softmax_step
-
-
-@triton.constexpr_function
-def _pair_words(rows):
-    """Pair rows load as 16-bit words in programs of up to WARP_TILE_ROWS query rows (`_history_warp_pairs`)."""
-    return rows <= WARP_TILE_ROWS
 
 
 @triton.jit
@@ -148,10 +142,11 @@ def _diagonal_blocks(acc, W: tl.constexpr, VB: tl.constexpr, R: tl.constexpr):
 def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
                         start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                         D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        WARPS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+                        WARPS: tl.constexpr, WORDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """`_history_warp_tiles` over pair rows of a history whose codes are contiguous (token stride = bytes per
     token): tokens [start, end) of one KV head, BLOCK_N tokens (BLOCK_N / 2 pair rows) per tile, one sub-tile of
-    pair rows per warp. Stores o and lse like the other history loops."""
+    pair rows per warp; the codes as 16-bit words where WORDS (`kernels.decode.launch.uses_pair_words`), else as
+    bytes. Stores o and lse like the other history loops."""
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
     VP: tl.constexpr = 8 // V_BITS
@@ -161,10 +156,7 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     PW: tl.constexpr = PR // WARPS                                                   # pair rows per warp
     R: tl.constexpr = row_ok.shape[0]
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
-    # a pair row's codes as 16-bit words (two halves per field) up to WARP_TILE_ROWS query rows; 16-row programs
-    # keep bytes: with words they spill in the loop (offline SASS, 23 spill instructions on the tiny grid's launch)
-    WORDS: tl.constexpr = _pair_words(R)
-    KH: tl.constexpr = _key_halves(2 * D, K_BITS) if WORDS else 1
+    KH: tl.constexpr = _key_halves(2 * D, K_BITS) if WORDS else 1                 # a pair row's key halves
     q2 = ()
     for f in tl.static_range(KP):
         for h in tl.static_range(KH):

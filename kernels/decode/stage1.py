@@ -25,7 +25,7 @@ def _decode_stage1_kernel(
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
-    WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, WARPS: tl.constexpr,
+    WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, WARPS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -51,7 +51,8 @@ def _decode_stage1_kernel(
         elif TOKEN_PAIRS:
             _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                 vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
-                                part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, BLOCK_N, WARPS, FP16, ASM_UNPACK)
+                                part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, BLOCK_N, WARPS, PAIR_WORDS, FP16,
+                                ASM_UNPACK)
         elif WARP_TILES:
             _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                 vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,

@@ -7,6 +7,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
+    python scripts/dev/decode_sass.py --launches         # INT2's launch per grid, head_dim and 8 / 16 query rows
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -14,7 +15,10 @@ loop is the loop whose body holds the HMMA instructions; its static instruction 
 per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (also per 128 tokens), the
 leading opcodes, and the shared-memory accesses and barriers by full opcode (LDS.U8: byte gathers), for the
 row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
-for this shape, 256-token tiles).
+for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
+64 / 128 / 256 with GQA 4 (8-row programs) and 16 (16-row programs): registers, loop instructions per 128 tokens
+and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
+other tree and run it there (it imports the kernels of the tree it sits in).
 """
 from __future__ import annotations
 
@@ -37,8 +41,15 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.decode import (CHANNEL, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
-                            DecodeConfig, _decode_stage1_kernel, default_config)
+from kernels.decode import (CHANNEL, GRIDS, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
+                            DecodeConfig, _decode_stage1_kernel, default_config, launch_config)
+from kernels.decode.launch import _warp_rows  # noqa: E402
+try:  # trees before the pair-words flag (this script copied into an older tree: their kernels ignore PAIR_WORDS)
+    from kernels.decode.launch import uses_pair_words  # noqa: E402
+except ImportError:
+    def uses_pair_words(cfg, row_block):
+        return True
+from kernels.format import QuantSpec  # noqa: E402
 
 KV_HEADS, HIST, FP_ROWS, BITS = 8, 32448, 320, 2
 
@@ -108,15 +119,18 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]):
-    """triton.compile of stage 1 for sm_90a, specialized like the runtime launch."""
+def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: int | None = None):
+    """triton.compile of stage 1 for sm_90a, specialized like the runtime launch (warp-tile programs of
+    `_warp_rows(cfg, rows)` query rows; WARP_TILE_ROWS without rows)."""
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
+    block_r = (_warp_rows(cfg, rows) if rows else WARP_TILE_ROWS) if warp_tiles else ROW_BLOCK
     constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=BITS, V_BITS=BITS,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
-                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16,
-                      WARPS=cfg.num_warps, BLOCK_R=WARP_TILE_ROWS if warp_tiles else ROW_BLOCK,
+                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16
+                      and cfg.block_n // (2 * cfg.num_warps) >= 16,   # as `uses_token_pairs`
+                      PAIR_WORDS=uses_pair_words(cfg, block_r), WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -192,6 +206,23 @@ def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
     return "warp tiles, pairs" if pairs else "warp tiles"
 
 
+def launch_rows(head_dims=(64, 128, 256), groups=(4, 16)) -> list[str]:
+    """Markdown rows of INT2's launch on every grid: registers, loop instructions per 128 tokens, loop spills."""
+    lines = []
+    for d in head_dims:
+        spec = QuantSpec(bits=BITS, group=d)
+        for group in groups:
+            layout = Layout(d, group * KV_HEADS, d, d)
+            for grid in GRIDS:
+                cfg = launch_config(d, True, grid, spec, spec, group)
+                cubin = compile_stage1(cfg, layout, rows=group).asm["cubin"]
+                loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+                spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
+                lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
+                             f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spills} |")
+    return lines
+
+
 ORDERING = re.compile(r"\b(BAR\.SYNC|MEMBAR\.\w+\.\w+|ATOMG\.E\.\w+\.STRONG\.GPU|CCTL\.IVALL)")
 
 
@@ -209,8 +240,15 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
     parser.add_argument("--layout", default="int2", choices=sorted(LAYOUTS))
     parser.add_argument("--single-launch", action="store_true", help="print the merge's memory ordering and stop")
+    parser.add_argument("--launches", action="store_true", help="INT2's launch per grid, head_dim and rows; stop")
     args = parser.parse_args()
     layout = LAYOUTS[args.layout]
+    if args.launches:
+        print("| head_dim | GQA | grid | tokens / tile | warps | maxnreg | registers | loop instructions / 128 tokens "
+              "| loop spills |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(launch_rows()))
+        return
     if args.single_launch:
         for grid in ("small", "large"):
             cfg = default_config(layout.head_dim, on_gpu=True, grid=grid)
