@@ -50,8 +50,11 @@ def _ms(rows: list[dict], quantizer: str, batch: int, ctx: int) -> float | None:
 
 
 def _budget_tps(payload: dict, quantizer: str) -> float | None:
+    """tokens/s of `quantizer`'s same-budget row, None where it ran below the batch that fills the budget (a run
+    with --same-budget-cap: its ratio would be a batch-1 speedup, not a same-memory throughput)."""
     return next((r["tokens_per_s"] for r in payload.get("same_budget", [])
-                 if r["quantizer"] == quantizer and r.get("tokens_per_s")), None)
+                 if r["quantizer"] == quantizer and r.get("tokens_per_s")
+                 and r["batch"] >= r.get("max_batch_in_budget", r["batch"])), None)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> str:

@@ -2,6 +2,7 @@
 
     python scripts/bench_kernel_grid.py                                   # head_dim 64/128/256 x group 1-16
     python scripts/bench_kernel_grid.py --head-dims 64 --groups 3 --batches 1,32 --ctxs 1024,102400
+    python scripts/bench_kernel_grid.py --from-json a.json b.json     # no GPU: the targets and tables of saved runs
 
 Each point (head_dim, GQA group, batch, ctx; 8 KV heads, one query token) times three calls on the same
 shape: BF16 SDPA (torch, `enable_gqa`), BF16 on the harness's kernel (`kernels.decode` with no packed
@@ -10,7 +11,8 @@ kernel (64 sink + 256 recent BF16 rows, the rest packed, as bench_kernels.py). T
 replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides the bytes a call must move
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
-$OUT/bench_kernel_grid.json; the Markdown table is printed last.
+$OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files, the issue's
+kernel targets counted over all their rows (`target_summary`), then each file's table.
 """
 from __future__ import annotations
 
@@ -83,8 +85,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict
     return row
 
 
-def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
-    lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
+def markdown(device: str, copy_tbs: float, rows: list[dict], date: str | None = None) -> str:
+    lines = [f"Device: {device}; date {date or datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
              f"(read + write); {KV_HEADS} KV heads, one query token.", "",
              "| head_dim | group | batch | ctx | SDPA ms | SDPA of copy | BF16 kernel ms | BF16 kernel of copy | "
              "INT2 ms | INT2 of copy | INT2 vs SDPA | INT2 vs BF16 kernel |",
@@ -97,6 +99,48 @@ def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _span(values: list[float], fmt: str) -> str:
+    return "-" if not values else f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+
+def _points(rows: list[dict]) -> str:
+    """Grid points as 'head_dim/group/batch/ctx', comma-separated."""
+    return ", ".join(f"{r['head_dim']}/{r['group']}/{r['batch']}/{r['ctx']}" for r in rows) or "none"
+
+
+def target_summary(rows: list[dict]) -> str:
+    """The issue's kernel targets over grid rows: per head_dim and ctx the span of INT2's speed against SDPA, the
+    points below it and INT2's share of the copy bandwidth at batch >= 8; then each target's count with the points
+    that meet (or, for the first, miss) it, as head_dim/group/batch/ctx."""
+    lines = ["| head_dim | ctx | INT2 vs SDPA (min-max) | points below SDPA | INT2 of copy, batch >= 8 (min-max) |",
+             "|---|---|---|---|---|"]
+    for d in sorted({r["head_dim"] for r in rows}):
+        for ctx in sorted({r["ctx"] for r in rows if r["head_dim"] == d}):
+            at = [r for r in rows if r["head_dim"] == d and r["ctx"] == ctx]
+            below = sum(r["int2_vs_sdpa"] < 1 for r in at)
+            lines.append(f"| {d} | {ctx} | {_span([r['int2_vs_sdpa'] for r in at], '.2f')}x | {below} of {len(at)} | "
+                         f"{_span([r['int2_of_copy'] for r in at if r['batch'] >= 8], '.0%')} |")
+    below = [r for r in rows if r["int2_vs_sdpa"] < 1]
+    long = [r for r in rows if r["ctx"] >= 32768 and r["batch"] >= 8]
+    near_copy = [r for r in long if r["int2_of_copy"] >= 0.8]
+    largest = [r for r in rows if r["batch"] == 32 and r["ctx"] >= 100_000]
+    fivefold = [r for r in largest if r["int2_vs_sdpa"] >= 5]
+    lines += ["", f"INT2 >= BF16 SDPA at {len(rows) - len(below)} of {len(rows)} points; below: {_points(below)}.",
+              f">= 80 % of the copy bandwidth at ctx >= 32k and batch >= 8: {len(near_copy)} of {len(long)} points: "
+              f"{_points(near_copy)}.",
+              f">= 5x BF16 SDPA at batch 32 / ctx >= 100k: {len(fivefold)} of {len(largest)} points: "
+              f"{_points(fivefold)}."]
+    return "\n".join(lines)
+
+
+def from_json(paths: list[str]) -> str:
+    """The targets over every saved run's rows, then each run's table (what --from-json prints)."""
+    payloads = [json.loads(Path(p).read_text()) for p in paths]
+    parts = [target_summary([r for p in payloads for r in p["rows"]])]
+    parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["date"]) for p in payloads]
+    return "\n\n".join(parts)
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
@@ -107,7 +151,14 @@ def main() -> None:
     parser.add_argument("--groups", default="1,3,4,8,12,16")
     parser.add_argument("--batches", default="1,3,8,32")
     parser.add_argument("--ctxs", default="1024,8192,32768,102400")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
     args = parser.parse_args()
+    if args.from_json:
+        missing = [p for p in args.from_json if not Path(p).is_file()]
+        if missing:
+            raise SystemExit(f"--from-json: no such file: {', '.join(missing)}.")
+        print(from_json(args.from_json))
+        return
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernel_grid.py needs a CUDA GPU.")
     shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d) for d in _ints(args.head_dims) for g in _ints(args.groups)]

@@ -45,6 +45,7 @@ from harness import placement  # noqa: E402
 from harness.cache import ThreeRegionLayer  # noqa: E402
 from harness.decode_clock import synchronize_all  # noqa: E402
 from harness.environment import peak_memory_by_device, reset_peak_memory  # noqa: E402
+from harness.memory_plan import Workload, kv_per_layer  # noqa: E402
 from harness.step_profile import profile_rows  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
 from harness.seam import install  # noqa: E402
@@ -277,17 +278,37 @@ def gpu_allocated() -> int:
     return sum(torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count()))
 
 
-def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype,
+def planned_kv_bytes(model, quantizer_name: str, batch: int, tokens: int) -> int:
+    """Bytes of the row's KV cache at batch x tokens by the harness's memory plan (harness.memory_plan)."""
+    work = Workload(batch=batch, tokens=tokens, dtype_bytes=2, reference_path=False, reserved=True)
+    return sum(kv_per_layer(model.config, make_quantizer(quantizer_name, model.config), work))
+
+
+def oom_row(model, quantizer_name: str, batch: int, ctx: int, steps: int, weights_bytes: int, err: Exception) -> dict:
+    """The row of a configuration that ran out of memory: status=oom, the bytes it asks for (weights + its planned
+    cache) against the GPUs' memory, and the allocator's first two sentences (the rest is advice on fragmentation)."""
+    kv = planned_kv_bytes(model, quantizer_name, batch, ctx + steps)
+    asked = weights_bytes + kv
+    capacity = sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())) \
+        if torch.cuda.is_available() else None
+    of = f" of the GPUs' {capacity / 1e9:.1f} GB" if capacity else ""
+    allocator = ". ".join(str(err).splitlines()[0].split(". ")[:2]).rstrip(".")   # "CUDA out of memory. Tried to ..."
+    reason = (f"asks about {asked / 1e9:.1f} GB{of} (weights {weights_bytes / 1e9:.1f} GB + KV cache "
+              f"{kv / 1e9:.1f} GB at batch {batch} x {ctx + steps} tokens); {allocator}.")
+    return {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0,
+            "status": "oom", "asked_gb": round(asked / 1e9, 2), "error": reason}
+
+
+def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, weights_bytes: int,
                    profile: bool = False) -> dict:
-    """`measure`, or (the GPU ran out of memory) a row with status=oom and the error's first line, so that a
-    configuration that cannot fit ends its row, not the run."""
+    """`measure`, or (the GPU ran out of memory) `oom_row`, so that a configuration that cannot fit ends its row,
+    not the run."""
     try:
         return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile)
     except torch.OutOfMemoryError as err:
         if device == "cuda":
             torch.cuda.empty_cache()
-        return {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0,
-                "status": "oom", "error": str(err).splitlines()[0]}
+        return oom_row(model, quantizer_name, batch, ctx, steps, weights_bytes, err)
 
 
 def copy_bandwidth(device, megabytes: int = 1024, repeats: int = 10) -> float:
@@ -347,7 +368,8 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
                           and r.get("kv_bytes_per_token")), None)
         fit = max_batch(per_token, ctx, budget_gb, weights) if per_token else 0
         run_batch = min(fit, cap)
-        row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype), weights, bandwidth) \
+        row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype, weights), weights,
+                         bandwidth) \
             if run_batch else {"quantizer": q, "batch": 0, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0}
         out.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(out[-1]), flush=True)
@@ -401,8 +423,8 @@ def main() -> None:
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
-        rows.append(with_floor(measure_or_oom(model, q, b, c, args.steps, device, dtype, args.profile), weights,
-                               bandwidth))
+        row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile)
+        rows.append(with_floor(row, weights, bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb
     budget_rows = [] if args.profile else same_budget_rows(model, rows, quantizers, ctxs[-1], budget_gb,

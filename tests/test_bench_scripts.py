@@ -80,11 +80,32 @@ def test_bench_throughput_records_an_oom_and_goes_on(tmp_path, monkeypatch, caps
     bench_throughput.main()
     data = json.loads((tmp_path / "bench_throughput.json").read_text())
     rows = {r["quantizer"]: r for r in data["rows"]}
-    assert rows["bf16"]["status"] == "oom" and rows["bf16"]["error"] == "CUDA out of memory. Tried to allocate 9.00 GiB."
+    assert rows["bf16"]["status"] == "oom" and rows["bf16"]["error"].endswith(
+        "KV cache 0.0 GB at batch 1 x 601 tokens); CUDA out of memory. Tried to allocate 9.00 GiB.")
     assert rows["naive_int2"]["ms_per_step"] > 0
     budget = {r["quantizer"]: r for r in data["same_budget"]}
     assert budget["bf16"]["batch"] == 0 and budget["naive_int2"]["batch"] > 0
     assert "| oom |" in capsys.readouterr().out
+
+
+def test_an_oom_row_names_the_planned_cache_bytes(monkeypatch):
+    """The bytes an OOM row asks for are the memory plan's: a BF16 cache holds K and V at 2 bytes per element per
+    layer; a 2-bit cache, with its BF16 sink and recent rows, about 7x less at 100k tokens."""
+    from types import SimpleNamespace
+    from transformers import Qwen3Config
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import bench_throughput
+    config = Qwen3Config(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                         hidden_size=512)
+    model = SimpleNamespace(config=config)
+    bf16 = bench_throughput.planned_kv_bytes(model, "bf16", 4, 100_000)
+    assert bf16 == 3 * 2 * 4 * 100_000 * 2 * 128 * 2
+    assert 5 < bf16 / bench_throughput.planned_kv_bytes(model, "naive_int2+graph", 4, 100_000) < 8
+    error = RuntimeError("CUDA out of memory. Tried to allocate 1 GiB. GPU 0 has a total capacity of ...\nmore")
+    row = bench_throughput.oom_row(model, "bf16", 4, 99_990, 10, 2 * 10**9, error)
+    assert row["status"] == "oom" and row["asked_gb"] == round((2 * 10**9 + bf16) / 1e9, 2)
+    assert row["error"].endswith("(weights 2.0 GB + KV cache 1.2 GB at batch 4 x 100000 tokens); CUDA out of memory. "
+                                 "Tried to allocate 1 GiB.")
 
 
 def test_step_profile_splits_gpu_time_by_kernel_kind():
@@ -238,12 +259,47 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("block_n=12x")
 
 
+def test_kernel_grid_targets_count_the_rows(monkeypatch):
+    """target_summary counts each target from the rows: a point below SDPA, one at >= 80 % of copy (only at ctx >= 32k
+    and batch >= 8), one at >= 5x (only at batch 32 / >= 100k)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_kernel_grid import target_summary
+
+    def row(batch, ctx, vs_sdpa, of_copy):
+        return dict(head_dim=128, group=4, batch=batch, ctx=ctx, int2_vs_sdpa=vs_sdpa, int2_of_copy=of_copy)
+    rows = [row(1, 1024, 0.9, 0.9), row(8, 32768, 3.0, 0.85), row(8, 8192, 2.0, 0.95), row(32, 102400, 5.5, 0.7),
+            row(32, 32768, 6.0, 0.5)]
+    text = target_summary(rows)
+    assert "| 128 | 1024 | 0.90-0.90x | 1 of 1 | - |" in text
+    assert "INT2 >= BF16 SDPA at 4 of 5 points; below: 128/4/1/1024." in text
+    assert "copy bandwidth at ctx >= 32k and batch >= 8: 1 of 3 points: 128/4/8/32768." in text
+    assert ">= 5x BF16 SDPA at batch 32 / ctx >= 100k: 1 of 1 points: 128/4/32/102400." in text
+
+
+def test_kernel_grid_from_json_rebuilds_the_committed_grid():
+    """The committed must-show grid is what `bench_kernel_grid.py --from-json` prints from its JSON (targets and
+    tables, no hand-typed line), and a missing file is refused in one sentence."""
+    bench = ROOT / "results" / "bench"
+    files = [str(bench / f"bench_kernel_grid_final_d{d}.json") for d in (64, 128, 256)]
+    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json", *files], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (bench / "bench_kernel_grid_final.md").read_text()
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) > 300 and all(line in committed for line in lines)
+    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json", "missing.json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
+
+
 def test_compare_runs_rebuilds_the_committed_before_after_tables():
     """scripts/dev/compare_runs.py builds the before / after tables of results/bench from the committed run JSON: every
     line it prints is in the Markdown file that quotes it (no hand-typed table), and it refuses a missing call."""
     bench = ROOT / "results" / "bench"
     jobs = [(bench / "bench_formats_words.md", ["bench_formats_words_runs.json", "--call", str(call), "--before",
                                                 "before", "--after", "words"]) for call in (1, 2, 4)]
+    jobs.append((bench / "bench_formats_d64_cap.md", ["bench_formats_d64_cap_runs.json", "--call", "1", "--before",
+                                                      "before", "--after", "head"]))
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"])]
     for markdown, args in jobs:

@@ -106,12 +106,13 @@ def test_the_paper_file_is_the_default():
     assert PAPER_FILE.is_file() and not math.isnan(load_paper(PAPER_FILE)["value"].sum())
 
 
-def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",)):
+def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",), oscar_budget_batch=27):
     rows = [{"quantizer": q, "batch": b, "ctx": 102400, "ms_per_step": ms, "tokens_per_s": b * 1e3 / ms}
             for q, b, ms in (("bf16+graph", 1, 12.0), ("oscar:model+graph", 1, 8.0), ("bf16_static", 1, 80.0),
                              ("bf16+graph", 8, 40.0), ("oscar:model+graph", 8, 10.0))]
-    budget = [{"quantizer": "bf16+graph", "batch": 4, "tokens_per_s": 100.0},
-              {"quantizer": "oscar:model+graph", "batch": 27, "tokens_per_s": 550.0},
+    budget = [{"quantizer": "bf16+graph", "batch": 4, "tokens_per_s": 100.0, "max_batch_in_budget": 4},
+              {"quantizer": "oscar:model+graph", "batch": oscar_budget_batch, "tokens_per_s": 550.0,
+               "max_batch_in_budget": 27},
               {"quantizer": "bf16_static", "batch": 4, "tokens_per_s": 50.0}]
     path.write_text(json.dumps({"model": model, "date": "2026-11-25", "argv": list(argv), "rows": rows,
                                 "same_budget": budget}))
@@ -121,6 +122,7 @@ def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
     from report.paper_throughput import throughput_table
     _bench_run(tmp_path / "run.json")
     _bench_run(tmp_path / "profile.json", argv=("scripts/bench_throughput.py", "--profile"))   # left out
+    _bench_run(tmp_path / "capped.json", model="qwen3_8b", oscar_budget_batch=1)   # --same-budget-cap 1: no ratio
     (tmp_path / "kernels.json").write_text(json.dumps({"decode": []}))                         # not a throughput run
     table = throughput_table(tmp_path, load_paper())
     qwen4b, qwen8b = table.blocks
@@ -128,7 +130,8 @@ def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
     assert paper == ["paper, OSCAR vs BF16 (SGLang)", "3.08×", "5.19×", "6.17×", MISSING]
     assert "bf16+graph" in same_engine[0] and same_engine[1:] == ["1.50×", "4.00×", MISSING, "5.50×"]
     assert "StaticCache" in stock[0] and stock[1:] == ["10.00×", MISSING, MISSING, "11.00×"]
-    assert len(qwen8b.rows) == 1 and qwen8b.rows[0][1] == "2.88×"
+    paper8b, capped, _ = qwen8b.rows
+    assert paper8b[1] == "2.88×" and capped[1] == "1.50×" and capped[4] == MISSING
 
 
 PAPER_SAMPLING = {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
