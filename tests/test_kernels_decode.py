@@ -235,7 +235,7 @@ def test_token_pairs_match_reference(batch, group, q_tokens, n_hist, num_splits)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_warp_rows_split_16_query_rows_over_two_programs(head_dim):
     """DecodeConfig.warp_rows=8 with GQA 16: two 8-row programs per KV head (pairs at head_dim 64) match the
     reference; other values are refused."""
@@ -300,6 +300,23 @@ def test_grid_size_picks_the_launch_family():
     assert grid_size(96, 132, 32448, rows=8) == "medium"
     with pytest.raises(ValueError, match="grid must be one of"):
         default_config(128, on_gpu=True, grid="huge")
+
+
+def test_short_histories_split_wide_row_groups_into_8_row_programs():
+    """More than 8 query rows, 2-bit token-major K and V, fewer units than SMs and at most 4,096 packed tokens: 8-row
+    programs; not at 8k, not with as many units as SMs, not for 8 rows, 4-bit or channel keys, nor over a launch
+    that names its rows (results/bench/sweep_short_rows.md)."""
+    from kernels.decode.launch import short_history_rows
+    int2, int4, kivi = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32), QuantSpec(bits=2, group=32,
+                                                                                              axis="channel")
+    cfg = default_config(128, on_gpu=True, grid="small", rows=16)
+
+    def rows_of(rows=16, units=8, tokens=704, k=int2, v=int2, base=cfg):
+        return short_history_rows(base, rows, units, 132, tokens, k, v).warp_rows
+    assert rows_of() == 8 and rows_of(rows=12, units=64, tokens=3776) == 8 and rows_of(tokens=4096) == 8
+    assert rows_of(tokens=7872) is None and rows_of(tokens=0) is None and rows_of(units=256) is None
+    assert rows_of(rows=8) is None and rows_of(k=int4, v=int4) is None and rows_of(k=kivi) is None
+    assert rows_of(base=replace(cfg, warp_rows=16)) == 16
 
 
 def test_tiny_and_medium_grids_take_two_warp_programs():

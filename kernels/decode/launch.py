@@ -46,6 +46,7 @@ GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
+SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit up to which more rows than WARP_TILE_ROWS run as 8-row programs
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -187,6 +188,21 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
+
+
+def short_history_rows(cfg: DecodeConfig, rows: int, units: int, sms: int, history_tokens: int, k_spec: QuantSpec,
+                       v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with 8-row programs (`warp_rows`) where a call has more query rows per KV head than WARP_TILE_ROWS, 2-bit
+    token-major K and V, fewer units than SMs and at most SHORT_HISTORY_TOKENS packed tokens: twice the programs,
+    each on the word loop, where one 16-row program's latency dominates. H100, groups 12 and 16, head_dim 64 / 128 /
+    256 (results/bench/sweep_short_rows.md): at 1k and batch 1 / 3 / 8 0.60-0.91x -> 0.76-1.04x SDPA, at 4k and
+    batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 / 1k the 16-row program is faster (batch 8
+    was measured at 1k and 2k only). An explicit cfg.warp_rows is kept."""
+    token_2bit = all(s.axis == "token" and s.container_bits == 2 for s in (k_spec, v_spec))
+    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and token_2bit and units < sms and \
+            0 < history_tokens <= SHORT_HISTORY_TOKENS:
+        return replace(cfg, warp_rows=WARP_TILE_ROWS)
+    return cfg
 
 
 @lru_cache(maxsize=None)
@@ -417,9 +433,12 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    grid = grid_size(batch * kv_heads, _sm_count(q.device.index or 0), k_codes.shape[2], group * q_tokens) \
-        if on_gpu else "large"
+    units, history_tokens = batch * kv_heads, k_codes.shape[2]
+    sms = _sm_count(q.device.index or 0) if on_gpu else None
+    grid = grid_size(units, sms, history_tokens, group * q_tokens) if on_gpu else "large"
     cfg = config or launch_config(head_dim, on_gpu, grid, k_spec, v_spec, group * q_tokens)
+    if config is None and on_gpu:
+        cfg = short_history_rows(cfg, group * q_tokens, units, sms, history_tokens, k_spec, v_spec)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
