@@ -8,7 +8,7 @@ Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
 group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
-rows with an fp16 key norm; kivi2 runs its default launch (`launch_config`: per-channel keys on warp tiles, whole
+rows with an fp16 key norm; kivi2 runs its default launch (`default_launch`: per-channel keys on warp tiles, whole
 32-token key groups per warp), kivi2_rowmajor the same format on the row-major loop that was its default before;
 kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's shapes
 (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
@@ -34,10 +34,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, decode_args,  # noqa: E402
-                           graph_ms, point_grid, sdpa_call)
+                           graph_ms, point_grid, point_launch, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
-from kernels.decode.launch import DecodeConfig, launch_config  # noqa: E402
+from kernels.decode.launch import DecodeConfig  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
@@ -82,7 +82,7 @@ def default_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) 
         return turbo_gpu_config(d, grid)
     if fmt in LAUNCH_CHANGES:
         return replace(default_config(d, True, grid, per_token_layouts(k_spec, v_spec, d), rows), **LAUNCH_CHANGES[fmt])
-    return launch_config(d, True, grid, k_spec, v_spec, rows)
+    return point_launch(batch, ctx, shape, k_spec, v_spec)
 
 
 def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):

@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
-                           decode_inputs, graph_ms, point_grid, sdpa_call)
+                           decode_inputs, graph_ms, point_grid, point_launch, sdpa_call)
 from harness.cache import empty_history  # noqa: E402
-from kernels.decode import decode_attention, decode_attention_reference, default_config  # noqa: E402
+from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
 KV_HEADS = 8
@@ -81,7 +81,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict
     row["int2_vs_sdpa"] = row["sdpa_ms"] / row["int2_ms"]
     row["int2_vs_bf16_kernel"] = row["bf16_kernel_ms"] / row["int2_ms"]
     row["grid"] = point_grid(batch, ctx, shape)
-    row["config"] = str(default_config(shape.head_dim, True, row["grid"], rows=shape.q_heads // shape.kv_heads))
+    spec = QuantSpec(bits=2, group=shape.head_dim)
+    row["config"] = str(point_launch(batch, ctx, shape, spec, spec))
     return row
 
 

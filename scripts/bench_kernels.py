@@ -32,7 +32,8 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.decode import GRIDS, DecodeConfig, decode_attention, default_config, grid_size  # noqa: E402
+from kernels.decode import (GRIDS, DecodeConfig, decode_attention, default_config, default_launch,  # noqa: E402
+                            grid_size)
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -101,6 +102,14 @@ def copy_bandwidth(n_bytes: int = 2 << 30) -> float:
     dst = torch.empty_like(src)
     ms = bench_ms(lambda: dst.copy_(src))
     return 2 * n_bytes / ms / 1e9
+
+
+def point_launch(batch: int, ctx: int, shape: AttnShape, k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """The launch (`kernels.decode.default_launch`) a decode call of this point with these specs takes by default on
+    GPU 0."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return default_launch(shape.head_dim, k_spec, v_spec, shape.q_heads // shape.kv_heads, batch * shape.kv_heads,
+                          sms, ctx - SINK - RECENT)
 
 
 def point_grid(batch: int, ctx: int, shape: AttnShape) -> str:

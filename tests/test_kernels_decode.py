@@ -319,6 +319,17 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     assert rows_of(base=replace(cfg, warp_rows=16)) == 16
 
 
+def test_default_launch_is_the_family_its_launch_and_the_short_history_rule():
+    """default_launch (what decode_attention takes on a GPU with no config, and what the benchmarks record):
+    batch 1 with 16 rows at 1k takes the tiny grid's launch with 8-row programs, at 8k the 16-row one."""
+    from kernels.decode.launch import default_launch, grid_size, launch_config
+    spec = INT2[128]
+    short, longer = (default_launch(128, spec, spec, 16, 8, 132, tokens) for tokens in (704, 7872))
+    assert grid_size(8, 132, 704, 16) == "tiny" == grid_size(8, 132, 7872, 16)
+    assert short == replace(launch_config(128, True, "tiny", spec, spec, 16), warp_rows=8)
+    assert longer == launch_config(128, True, "tiny", spec, spec, 16) and longer.warp_rows is None
+
+
 def test_tiny_and_medium_grids_take_two_warp_programs():
     """Two-warp programs at batch 1 (no register cap, the small-grid tiles) and batch 3-16 (128-token tiles, 16 per
     SM; more than 8 rows: no register cap, 8 per SM); head_dim 256 and per-channel layouts keep their own. Two
@@ -470,6 +481,18 @@ def test_gpu_default_launch_matches_reference(name, batch):
     quantizer = build_quantizer(name)
     k_spec, v_spec = quantizer.key_spec, quantizer.value_spec
     args, kw = make_inputs(batch, 32, 8, 1, 128, 704, 30, k_spec, v_spec)  # KIVI keys: whole 32-token groups
+    out = decode_attention(*args, **kw)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_default_launch_of_16_rows_over_a_short_history_matches_reference(head_dim, batch):
+    """GQA 16 over 1k tokens (`short_history_rows`: two 8-row programs per KV head on the launch of its grid, with
+    that grid's register cap) matches the reference."""
+    args, kw = make_inputs(batch, 128, 8, 1, head_dim, 704, 320, INT2[head_dim], INT2[head_dim], seed=head_dim)
     out = decode_attention(*args, **kw)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 

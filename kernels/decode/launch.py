@@ -205,6 +205,16 @@ def short_history_rows(cfg: DecodeConfig, rows: int, units: int, sms: int, histo
     return cfg
 
 
+def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
+                   history_tokens: int) -> DecodeConfig:
+    """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
+    pairs of `rows` query rows over `history_tokens` packed tokens: the family by `grid_size`, its launch by
+    `launch_config`, then `short_history_rows`."""
+    grid = grid_size(units, sms, history_tokens, rows)
+    cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
+    return short_history_rows(cfg, rows, units, sms, history_tokens, k_spec, v_spec)
+
+
 @lru_cache(maxsize=None)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -433,12 +443,13 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
-    units, history_tokens = batch * kv_heads, k_codes.shape[2]
-    sms = _sm_count(q.device.index or 0) if on_gpu else None
-    grid = grid_size(units, sms, history_tokens, group * q_tokens) if on_gpu else "large"
-    cfg = config or launch_config(head_dim, on_gpu, grid, k_spec, v_spec, group * q_tokens)
-    if config is None and on_gpu:
-        cfg = short_history_rows(cfg, group * q_tokens, units, sms, history_tokens, k_spec, v_spec)
+    if config is not None:
+        cfg = config
+    elif on_gpu:
+        cfg = default_launch(head_dim, k_spec, v_spec, group * q_tokens, batch * kv_heads,
+                             _sm_count(q.device.index or 0), k_codes.shape[2])
+    else:
+        cfg = launch_config(head_dim, False, "large", k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK

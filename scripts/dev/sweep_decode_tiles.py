@@ -1,7 +1,7 @@
 """Time INT2 decode attention at the bench's large shapes for DecodeConfig variants of the GPU default.
 
-Run on the GPU box from the repo root. Each row changes a few fields of `default_config` (shown in the
-first column): the history loop (row-major or warp tiles) and its tile, pipelining depth, the split
+Run on the GPU box from the repo root. Each row changes a few fields of the point's default launch
+(`kernels.decode.default_launch`, shown in the first column): the history loop (row-major or warp tiles) and its tile, pipelining depth, the split
 density (programs_per_sm) and the inline-PTX field unpack. The rel err column checks each variant against the
 reference (a wrong unpack shows as a large error).
 
@@ -50,10 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
-                           decode_call, decode_inputs, graph_ms, point_grid, sdpa_call)
+                           decode_call, decode_inputs, graph_ms, point_launch, sdpa_call)
 from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
 GRIDS = {
@@ -136,8 +137,8 @@ def check(cfg: DecodeConfig, shape: AttnShape) -> float:
 
 def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
-    default = default_config(shape.head_dim, True, point_grid(batch, ctx, shape), rows=shape.q_heads // shape.kv_heads)
-    cfg = replace(default, **change)
+    spec = QuantSpec(bits=2, group=shape.head_dim)                  # decode_inputs' INT2 format
+    cfg = replace(point_launch(batch, ctx, shape, spec, spec), **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = _decode_bytes(batch, ctx, 2, shape)
     try:
