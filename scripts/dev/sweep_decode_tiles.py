@@ -2,8 +2,8 @@
 
 Run on the GPU box from the repo root. Each row changes a few fields of the point's default launch
 (`kernels.decode.default_launch`, shown in the first column): the history loop (row-major or warp tiles) and its
-tile, pipelining depth, the split density (programs_per_sm) and the inline-PTX field unpack. The rel err column checks each variant against the
-reference (a wrong unpack shows as a large error).
+tile, pipelining depth, the split density (programs_per_sm) and the inline-PTX field unpack. The rel err column
+checks each variant against the reference (a wrong unpack shows as a large error).
 
     python scripts/dev/sweep_decode_tiles.py                      # Qwen3-8B attention (group 4, head_dim 128)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
