@@ -8,8 +8,8 @@ Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
 group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT4's and INT4's (group 128), kivi2
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
-rows with an fp16 key norm; kivi2 runs its default launch (`default_launch`: per-channel keys on warp tiles, whole
-32-token key groups per warp), kivi2_rowmajor the same format on the row-major loop that was its default before;
+rows with an fp16 key norm; kivi2 runs its default launch (`kernels.decode.default_launch`: per-channel keys on warp
+tiles, whole 32-token key groups per warp), kivi2_rowmajor the same format on the row-major loop that was its default before;
 kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's shapes
 (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
 bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16
@@ -74,7 +74,7 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
     return stored + fp_segment + 2 * batch * shape.q_heads * shape.head_dim * 2
 
 
-def default_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -> DecodeConfig:
+def format_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -> DecodeConfig:
     """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
     grid, rows = point_grid(batch, ctx, shape), shape.q_heads // shape.kv_heads
@@ -95,7 +95,7 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     args = decode_args(batch, ctx, shape, k_parts, v_parts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
     if changes or fmt in LAUNCH_CHANGES:
-        spec_kw["config"] = replace(default_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
+        spec_kw["config"] = replace(format_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
     return lambda: ops.decode_attention(*args, **spec_kw)
 
 
