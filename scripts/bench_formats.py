@@ -10,8 +10,8 @@ group of 128: one group at head_dim <= 128, two at 256, Gemma 3's), int4 SAW-INT
 KIVI's per-channel keys (groups of 32 tokens) with per-token value groups of 32, turboquant_k3v3 vLLM's 3-bit tight
 rows with an fp16 key norm; kivi2 runs its default launch (`kernels.decode.default_launch`: per-channel keys on warp
 tiles, whole 32-token key groups per warp), kivi2_rowmajor the same format on the row-major loop that was its default
-before; kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's shapes
-(`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
+before; kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is random stored parts of the format's
+shapes (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
 bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16
 SDPA on the same shape in the same run. "of copy" divides the bytes the call must move (every stored part, the BF16
 segment, q and out) by the device-to-device copy bandwidth measured in the run. Correctness of each kernel against
