@@ -312,7 +312,7 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     cfg = default_config(128, on_gpu=True, grid="small", rows=16)
 
     def rows_of(rows=16, units=8, tokens=704, k=int2, v=int2, base=cfg):
-        return short_history_rows(base, rows, units, 132, tokens, k, v).warp_rows
+        return short_history_rows(base, 128, rows, units, 132, tokens, k, v).warp_rows
     assert rows_of() == 8 and rows_of(rows=12, units=64, tokens=3776) == 8 and rows_of(tokens=4096) == 8
     assert rows_of(tokens=7872) is None and rows_of(tokens=0) is None and rows_of(units=256) is None
     assert rows_of(rows=8) is None and rows_of(k=int4, v=int4) is None and rows_of(k=kivi) is None

@@ -170,15 +170,16 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1 grid with trees alternating,
     results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers; the 16-bit code words
     would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
-    scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md; not timed on a GPU since). At head_dim 128
+    scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md) and batch 1 / 100k at 0.033 ms against
+    0.042 uncapped (H100, group 4, results/bench/bench_formats_d64_cap.md). At head_dim 128
     the words took the program from 244 to 224 registers, and the cap with 6 per SM made batch 1 / 100k 0.046 ->
     0.041 ms (H100, results/bench/sweep_tiny_int2_words.md)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
     cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
     if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
         cfg = replace(cfg, block_n=cfg.block_n // 2)
-    if on_gpu and per_token and grid == "tiny" and head_dim <= 128 and rows <= WARP_TILE_ROWS and \
-            k_spec.container_bits == v_spec.container_bits == 2:
+    if on_gpu and grid == "tiny" and head_dim <= 128 and rows <= WARP_TILE_ROWS and \
+            two_bit_token_layouts(k_spec, v_spec, head_dim):
         cfg = replace(cfg, **TINY_INT2)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
@@ -190,17 +191,16 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
-def short_history_rows(cfg: DecodeConfig, rows: int, units: int, sms: int, history_tokens: int, k_spec: QuantSpec,
-                       v_spec: QuantSpec) -> DecodeConfig:
+def short_history_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
+                       k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
     """cfg with 8-row programs (`warp_rows`) where a call has more query rows per KV head than WARP_TILE_ROWS, 2-bit
-    token-major K and V, fewer units than SMs and at most SHORT_HISTORY_TOKENS packed tokens: twice the programs,
-    each on the word loop, where one 16-row program's latency dominates. H100, groups 12 and 16, head_dim 64 / 128 /
-    256 (results/bench/sweep_short_rows.md): at 1k and batch 1 / 3 / 8 0.60-0.91x -> 0.76-1.04x SDPA, at 4k and
-    batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 / 1k the 16-row program is faster (batch 8
-    was measured at 1k and 2k only). An explicit cfg.warp_rows is kept."""
-    token_2bit = all(s.axis == "token" and s.container_bits == 2 for s in (k_spec, v_spec))
-    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and token_2bit and units < sms and \
-            0 < history_tokens <= SHORT_HISTORY_TOKENS:
+    per-token K and V (`two_bit_token_layouts`), fewer units than SMs and at most SHORT_HISTORY_TOKENS packed tokens:
+    twice the programs, each on the word loop, where one 16-row program's latency dominates. H100, groups 12 and 16,
+    head_dim 64 / 128 / 256 (results/bench/sweep_short_rows.md): at 1k and batch 1 / 3 / 8 0.60-0.91x -> 0.76-1.04x
+    SDPA, at 4k and batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 / 1k the 16-row program is
+    faster (batch 8 was measured at 1k and 2k only). An explicit cfg.warp_rows is kept."""
+    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and units < sms and \
+            0 < history_tokens <= SHORT_HISTORY_TOKENS and two_bit_token_layouts(k_spec, v_spec, head_dim):
         return replace(cfg, warp_rows=WARP_TILE_ROWS)
     return cfg
 
@@ -212,7 +212,7 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     `launch_config`, then `short_history_rows`."""
     grid = grid_size(units, sms, history_tokens, rows)
     cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
-    return short_history_rows(cfg, rows, units, sms, history_tokens, k_spec, v_spec)
+    return short_history_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
 
 @lru_cache(maxsize=None)
@@ -280,6 +280,12 @@ def per_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bo
     return _whole_field_groups(k_spec, head_dim) and _whole_field_groups(v_spec, head_dim)
 
 
+def two_bit_token_layouts(k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """2-bit K and V in per-token layouts of whole fields (`per_token_layouts`): what the tiny grid's INT2 launch and
+    the short-history 8-row programs were measured on."""
+    return per_token_layouts(k_spec, v_spec, head_dim) and k_spec.container_bits == v_spec.container_bits == 2
+
+
 def channel_key_layouts(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
     """Per-channel keys whose token groups (>= 16 tokens: the MMA's M) tile a warp's sub-tile (BLOCK_N / num_warps
     tokens: one or more whole groups), beside per-token value groups of whole fields or row blocks
@@ -313,7 +319,8 @@ def uses_pair_words(cfg: DecodeConfig, row_block: int) -> bool:
     """Pair rows (kernels/decode/pairs.py) read their codes as 16-bit words in programs of up to WARP_TILE_ROWS query
     rows under no register cap below 168; 16-row programs and the small grid's 128-register cap keep bytes, where
     words spill inside the loop (offline, `python scripts/dev/decode_sass.py --launches`: 23 spill instructions on
-    the tiny grid's 16-row launch, 36 against 5 on the small grid's 8-row one; results/bench/decode_sass.md)."""
+    the tiny grid's 16-row launch, 36 against 5 on the small grid's 8-row one; results/bench/decode_sass.md; on the
+    H100 that small-grid program on bytes: batch 2 / 100k 0.081 -> 0.068 ms, results/bench/bench_formats_d64_cap.md)."""
     return row_block <= WARP_TILE_ROWS and (cfg.maxnreg is None or cfg.maxnreg >= 168)
 
 
