@@ -303,9 +303,9 @@ def test_grid_size_picks_the_launch_family():
 
 
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
-    """More than 8 query rows, 2-bit token-major K and V, fewer units than SMs and at most 4,096 packed tokens: 8-row
-    programs; not at 8k, not with as many units as SMs, not for 8 rows, 4-bit or channel keys, nor over a launch
-    that names its rows (results/bench/sweep_short_rows.md)."""
+    """More than 8 query rows, 2-bit per-token K and V of whole fields, fewer units than SMs and at most 4,096 packed
+    tokens: 8-row programs; not at 8k, not with as many units as SMs, not for 8 rows, 4-bit, channel keys or groups
+    inside a field, nor over a launch that names its rows (results/bench/sweep_short_rows.md)."""
     from kernels.decode.launch import short_history_rows
     int2, int4, kivi = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32), QuantSpec(bits=2, group=32,
                                                                                               axis="channel")
@@ -316,6 +316,7 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     assert rows_of() == 8 and rows_of(rows=12, units=64, tokens=3776) == 8 and rows_of(tokens=4096) == 8
     assert rows_of(tokens=7872) is None and rows_of(tokens=0) is None and rows_of(units=256) is None
     assert rows_of(rows=8) is None and rows_of(k=int4, v=int4) is None and rows_of(k=kivi) is None
+    assert rows_of(k=QuantSpec(bits=2, group=16), v=QuantSpec(bits=2, group=16)) is None   # groups inside a field
     assert rows_of(base=replace(cfg, warp_rows=16)) == 16
 
 
