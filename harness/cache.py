@@ -28,7 +28,6 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from harness.packed_history import PackedHistory
-from kernels.step_rows import transform_keys_reference
 
 KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel); longer chunks are prefill (reference)
 
@@ -94,7 +93,7 @@ class ThreeRegionLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self.static is not None:
-            return self.static.write(self, key_states, value_states)           # rotates the keys itself
+            return self.static.write(self, self.transform_keys(key_states), value_states)
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
         decode = new <= KERNEL_MAX_QUERY_TOKENS
@@ -163,7 +162,14 @@ class ThreeRegionLayer(DynamicLayer):
     # ---------------------------------------------------------------- regions, per sequence
     def transform_keys(self, key_states: torch.Tensor) -> torch.Tensor:
         """k @ R_K - m (each part only if the quantizer has it) in the rotation dtype; [B, H_kv, T, D] in and out."""
-        return transform_keys_reference(key_states, self.key_rotation, self.key_offset)
+        if self.key_rotation is None and self.key_offset is None:
+            return key_states
+        keys = key_states.to((self.key_rotation if self.key_rotation is not None else self.key_offset).dtype)
+        if self.key_rotation is not None:
+            keys = keys @ self.key_rotation
+        if self.key_offset is not None:
+            keys = keys - self.key_offset
+        return keys.to(key_states.dtype)
 
     def observe_padding(self, attention_mask) -> None:
         """Learn each sequence's left padding from the first mask the seam sees (bool [B, 1, T_q, T_kv] or None)."""

@@ -24,7 +24,6 @@ from harness.cache import KVView, ThreeRegionLayer
 from harness.memory_plan import model_head_dim
 from harness.placement import on_device
 from harness.quantizer import KVQuantizer, has_own_cache
-from kernels.decode.reference import rotate_output_reference
 
 ATTN_NAME = "kvq"
 PADDING_FROM_CACHE: set[int] = set()   # id() of each installed model's config whose full-attention layers are all
@@ -52,8 +51,9 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
         if key.layer.key_rotation is not None:
             r_k = key.layer.key_rotation                                          # on the cache device, rotation dtype
             query = (query.to(r_k.dtype) @ r_k).to(query.dtype)
-        if key.keys is None:                           # the kernels' merge applies R_V^T as it stores the output
-            return kernel_decode(key.layer, query, attention_mask, scaling, output_rotation(module)), None
+        if key.keys is None:
+            out = kernel_decode(key.layer, query, attention_mask, scaling)
+            return unrotate_output(module, out), None
         key, value, pads = key.keys, key.values, key.layer.pad
     window = getattr(module, "sliding_window", None)
     by_padding = pads is not None and padded_causal_prefill(query, attention_mask, window, kwargs.get("softcap"))
@@ -210,27 +210,23 @@ def windowed_sdpa(module, query, key, value, attention_mask, window: int, **kwar
     return torch.cat(outs, dim=1)
 
 
-def kernel_decode(layer, query, attention_mask, scaling, out_rotation=None) -> torch.Tensor:
+def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     """Triton split-K decode over [sink | packed history | recent] with the decode kernel of the layer quantizer's
-    format (the identity: over its fp rows alone); query [B, H_q, T_q, D] -> [B, T_q, H_q, D], times out_rotation
-    [D, D] (R_V^T, `output_rotation`) when given."""
+    format (the identity: over its fp rows alone); query [B, H_q, T_q, D] -> [B, T_q, H_q, D]."""
     lengths = layer.decode_lengths(attention_mask, query.device)         # hist_len, fp_len, hist_start, fp_start
     k_spec, v_spec = layer.kernel_specs
     with on_device(query.device):                                         # the layer's GPU (models split over several)
         out = layer.quantizer.kernel_ops().decode_attention(                  # [B, H_q, T_q, D]
-            query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec,
-            out_rotation=out_rotation)
+            query, *layer.kernel_operands(), *lengths, sm_scale=scaling, k_spec=k_spec, v_spec=v_spec)
     return out.transpose(1, 2).contiguous()     # no copy for the kernels' token-major output (kernels.decode)
-
-
-def output_rotation(module) -> torch.Tensor | None:
-    """R_V^T [D, D] in the rotation dtype (v_proj was folded: `fold_value_rotation`), or None."""
-    return getattr(module, "_kvq_output_rotation", None)
 
 
 def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:
     """Map the attention output back from the R_V basis (v_proj was folded): out @ R_V^T."""
-    return rotate_output_reference(out, output_rotation(module))
+    r_v_t = getattr(module, "_kvq_output_rotation", None)                # R_V^T in the rotation dtype
+    if r_v_t is None:
+        return out
+    return (out.to(r_v_t.dtype) @ r_v_t).to(out.dtype)
 
 
 AttentionInterface.register(ATTN_NAME, kvq_attention)

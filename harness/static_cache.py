@@ -75,19 +75,15 @@ class StaticState:
         return self.mirrors[str(device)][:4]
 
     def write(self, layer: ThreeRegionLayer, keys: torch.Tensor, values: torch.Tensor):
-        """Store one step's keys / values [B, H_kv, 1, D] at the fp row `write_pos` (device index), the keys through
-        the layer's R_K and offset (`ThreeRegionLayer.transform_keys`) on the way in: in the write kernel itself
-        when the layer runs kernels (no GEMM of its own)."""
+        """Store one step's rotated keys / values [B, H_kv, 1, D] at the fp row `write_pos` (device index)."""
         if keys.shape[-2] != 1:
             raise ValueError(f"a frozen cache takes one token per sequence per step, got {keys.shape[-2]}.")
         write_pos = self.mirrors[str(layer.keys.device)].write_pos
         if layer.use_kernels:
             with on_device(layer.keys.device):                   # Triton launches on the current GPU
-                write_step_rows(layer.keys, layer.values, keys, values, write_pos, layer.key_rotation,
-                                layer.key_offset)                                      # one launch
+                write_step_rows(layer.keys, layer.values, keys, values, write_pos)      # one launch
         else:
-            write_step_rows_reference(layer.keys, layer.values, keys, values, write_pos, layer.key_rotation,
-                                      layer.key_offset)
+            write_step_rows_reference(layer.keys, layer.values, keys, values, write_pos)
         view = KVView(layer, None, None, 1)
         return view, view
 

@@ -23,7 +23,7 @@ from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field
 from kernels.decode.launch import TINY_INT2  # noqa: E402
 from kernels.decode.warp_tiles import _half_field_ptx  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
-from kernels.decode.reference import decode_attention_reference, rotate_output_reference  # noqa: E402
+from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
@@ -646,52 +646,3 @@ def test_single_launch_merge_matches_reference(name):
         out = decode_attention(*args, **kw, config=cfg, num_splits=num_splits)
         assert (out - ref).abs().max().item() < TOL
     assert not _MERGE_COUNTERS[args[0].device].any()
-
-
-def orthogonal(head_dim: int, dtype=torch.float32) -> torch.Tensor:
-    """A random orthogonal [D, D] on DEVICE (what the seam hands the merge: R_V^T)."""
-    rotation = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=torch.Generator().manual_seed(head_dim)))[0]
-    return rotation.to(DEVICE, dtype).contiguous()
-
-
-@pytest.mark.parametrize("single_launch", [False, True])
-@pytest.mark.parametrize("name", ["int2-g4-d128-n1000-splits3", "int2-g8-d256-n128-tq2-kivi-k", "mixed-g1-d64-n1"])
-def test_out_rotation_is_applied_by_the_merge(name, single_launch):
-    """out_rotation R: the stored output is (attention @ R) in q's dtype, the reference's with the same R, for head
-    dims 64 to 256 (one to four column tiles of R in stage 2) and the single-launch merge; not the plain output."""
-    *shape, num_splits = CASES[name]
-    args, kw = make_inputs(*shape)
-    rotation = orthogonal(shape[4])
-    on_gpu = DEVICE == "cuda" and not interpreter_forced()
-    per_token = per_token_layouts(*shape[7:], shape[4])
-    cfg = replace(default_config(shape[4], on_gpu=on_gpu, per_token=per_token), single_launch=single_launch)
-    plain = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
-    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg, out_rotation=rotation)
-    ref = decode_attention_reference(*args, **kw, out_rotation=rotation)
-    assert out.shape == plain.shape and out.stride() == plain.stride()
-    assert (out - ref).abs().max().item() < TOL
-    assert (out - rotate_output_reference(plain, rotation)).abs().max().item() < TOL
-    assert (out - plain).abs().max().item() > 0.1
-
-
-@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
-                    reason="bf16 rounding of the merged row runs compiled on a CUDA device only")
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_gpu_bf16_out_rotation_rounds_like_the_seams_gemm(head_dim):
-    """bf16 q and a bf16 R_V^T (rotation_dtype=model) at the default launch: stage 2 rounds the merged row to bf16
-    and sums the products in fp32 as the seam's `out @ R` GEMM did, so the two differ by at most one bf16 rounding."""
-    args, kw = make_inputs(1, 32, 8, 1, head_dim, 2000, 40, INT2[head_dim], INT2[head_dim], fp_dtype=torch.bfloat16)
-    args = (args[0].bfloat16(), *args[1:])
-    rotation = orthogonal(head_dim, torch.bfloat16)
-    out = decode_attention(*args, **kw, out_rotation=rotation)
-    expected = rotate_output_reference(decode_attention(*args, **kw), rotation)
-    assert out.dtype == torch.bfloat16
-    assert torch.allclose(out.float(), expected.float(), rtol=2 ** -7, atol=1e-3)
-
-
-@pytest.mark.parametrize("bad", ["shape", "dtype"])
-def test_a_bad_out_rotation_is_refused_in_one_sentence(bad):
-    args, kw = make_inputs(1, 4, 1, 1, 64, 16, 4, INT2[64], INT2[64])
-    rotation = orthogonal(64)[:32] if bad == "shape" else orthogonal(64).to(torch.int32)
-    with pytest.raises(ValueError, match="out_rotation must be a contiguous floating"):
-        decode_attention(*args, **kw, out_rotation=rotation)

@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels.step_rows import transform_keys_reference, write_step_rows, write_step_rows_reference  # noqa: E402
+from kernels.step_rows import write_step_rows, write_step_rows_reference  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -40,48 +40,6 @@ def test_step_rows_match_two_index_copies(rows_dtype, buffer_dtype, head_dim):
     for a, b in zip(got, want):
         assert torch.equal(a, b)
     assert not torch.equal(got[0][:, :, 6], _buffers(batch, heads, capacity, head_dim, buffer_dtype)[0][:, :, 6])
-
-
-@pytest.mark.parametrize("rows_dtype,transform_dtype,buffer_dtype,head_dim,parts", [
-    (torch.bfloat16, torch.bfloat16, torch.bfloat16, 128, "rotation"),        # rotation_dtype=model (as released)
-    (torch.bfloat16, torch.float32, torch.bfloat16, 64, "rotation+offset"),   # rotation_dtype=float32, centred keys
-    (torch.float16, torch.float32, torch.float32, 80, "rotation+offset"),     # two column tiles, masked
-    (torch.bfloat16, torch.bfloat16, torch.bfloat16, 256, "offset"),
-])
-def test_step_rows_transform_keys_like_the_reference(rows_dtype, transform_dtype, buffer_dtype, head_dim, parts):
-    """Keys through R_K and / or the offset in the write kernel: the reference's stored rows (k @ R_K - m, rounded
-    where it rounds) up to one rounding of a differently ordered fp32 sum; values untouched; and not the raw keys."""
-    batch, heads, capacity = 2, 3, 5
-    gen = torch.Generator().manual_seed(head_dim)
-    keys = (torch.randn(batch, heads, 1, head_dim, generator=gen) * 3).to(DEVICE, rows_dtype)
-    values = torch.randn(batch, heads, 1, head_dim, generator=gen).to(DEVICE, rows_dtype)
-    rotation = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=gen))[0].to(DEVICE, transform_dtype)
-    offset = torch.randn(1, heads, 1, head_dim, generator=gen).to(DEVICE, transform_dtype)
-    transform = dict(key_rotation=rotation if "rotation" in parts else None,
-                     key_offset=offset if "offset" in parts else None)
-    write_pos = torch.tensor([2], device=DEVICE)
-    got, want = (_buffers(batch, heads, capacity, head_dim, buffer_dtype) for _ in range(2))
-    write_step_rows(*got, keys, values, write_pos, **transform)
-    write_step_rows_reference(*want, keys, values, write_pos, **transform)
-    assert torch.equal(got[1], want[1])
-    assert torch.equal(got[0][:, :, :2], want[0][:, :, :2]) and torch.equal(got[0][:, :, 3:], want[0][:, :, 3:])
-    stored, expected = got[0][:, :, 2].float(), want[0][:, :, 2].float()
-    assert torch.allclose(stored, expected, rtol=2 ** -7, atol=1e-6)
-    assert (stored == expected).float().mean().item() > 0.9
-    assert torch.equal(want[0][:, :, 2:3], transform_keys_reference(keys, **transform).to(buffer_dtype))
-    assert (stored - keys[:, :, 0].float()).abs().max().item() > 0.1
-
-
-def test_step_rows_refuse_a_key_transform_that_does_not_fit_in_one_sentence():
-    key_buffer, value_buffer = _buffers(1, 2, 4, 64, torch.float32)
-    one, pos = torch.zeros(1, 2, 1, 64, device=DEVICE), torch.tensor([0], device=DEVICE)
-    with pytest.raises(ValueError, match=r"^key_rotation must be a floating \[64, 64\] tensor"):
-        write_step_rows(key_buffer, value_buffer, one, one, pos, key_rotation=torch.eye(32, device=DEVICE))
-    with pytest.raises(ValueError, match=r"^key_offset must be a floating \[1, 2, 1, 64\] tensor"):
-        write_step_rows(key_buffer, value_buffer, one, one, pos, key_offset=torch.zeros(2, 64, device=DEVICE))
-    with pytest.raises(ValueError, match=r"^key_rotation and key_offset must share a dtype"):
-        write_step_rows(key_buffer, value_buffer, one, one, pos, key_rotation=torch.eye(64, device=DEVICE),
-                        key_offset=torch.zeros(1, 2, 1, 64, device=DEVICE, dtype=torch.bfloat16))
 
 
 def test_step_rows_refuse_mismatched_rows_in_one_sentence():

@@ -15,14 +15,6 @@ TINY_SCALE = tl.constexpr(16777216.0)  # 2^24: FIELD_TINY values are 2^-24 * 2^(
 
 
 @triton.jit
-def _row_times_columns(x, rot_ptr, i, i_ok, j, j_ok, D: tl.constexpr):
-    """x [BLOCK_I] (fp32) @ R[i, j] -> [BLOCK_J] fp32, R [D, D] row-major at rot_ptr (in any float dtype): one tile
-    of a row's product with a rotation (the merge's R_V^T, the step write's R_K), summed in fp32."""
-    r = tl.load(rot_ptr + i[:, None] * D + j[None, :], mask=i_ok[:, None] & j_ok[None, :], other=0.0)  # [BI, BJ]
-    return tl.sum(x[:, None] * r.to(tl.float32), axis=0)
-
-
-@triton.jit
 def _softmax_step(qk, m_i, l_i):
     """One base-2 online-softmax step; rows with no valid key so far stay at m=-inf, l=0."""
     m_new = tl.maximum(m_i, tl.max(qk, axis=1))

@@ -11,7 +11,7 @@ import triton
 
 from kernels.decode.common import CHANNEL, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS
 from kernels.decode.merge import _decode_stage2_kernel
-from kernels.decode.reference import check_decode_inputs, check_out_rotation, rotate_output_reference
+from kernels.decode.reference import check_decode_inputs
 from kernels.decode.stage1 import _decode_stage1_kernel
 from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.format import QuantSpec
@@ -46,7 +46,6 @@ GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
-ROTATION_TILE = 16384  # elements of the output rotation stage 2 holds at once ([D, BLOCK_J]: 128 per thread)
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit up to which more rows than WARP_TILE_ROWS run as 8-row programs
 
 
@@ -389,8 +388,7 @@ def merge_counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_gpu: bool, num_splits: int | None,
-                row_block: int, stage1, single_launch: bool = False,
-                out_rotation: torch.Tensor | None = None) -> torch.Tensor:
+                row_block: int, stage1, single_launch: bool = False) -> torch.Tensor:
     """Plan the splits, run stage 1 and the stage-2 merge -> out [B, H_q, T_q, D] (zeros without any key), held
     token-major ([B, T_q, H_q, D] memory, what the model's output projection reads: `out.transpose(1, 2)` is
     contiguous, so the seam's hand-over costs no copy kernel).
@@ -398,8 +396,7 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters) launches a format's stage-1 kernel on
     `grid` (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
     [B * H_kv, splits, rows] (fp32), hist_splits history splits first. single_launch: the stage-1 kernel merges
-    into `out` itself (`counters` given, no stage 2); otherwise counters is None. out_rotation [D, D]: the output is
-    out @ out_rotation (`rotate_output_reference`), done by stage 2 as it stores each row (no GEMM of its own).
+    into `out` itself (`counters` given, no stage 2); otherwise counters is None.
     """
     batch, q_heads, q_tokens, head_dim = q.shape
     units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
@@ -417,13 +414,11 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     counters = merge_counters(q.device, units * row_blocks) if single_launch else None
     stage1((n_splits, units, row_blocks), part_o, part_lse, hist_splits, fp_splits, out, counters)
     if single_launch:
-        return out.copy_(rotate_output_reference(out, out_rotation))
+        return out
     pdl = uses_pdl(cfg, q.device, on_gpu)
     _decode_stage2_kernel[(units, n_rows)](
-        part_o, part_lse, out, out if out_rotation is None else out_rotation, n_splits, kv_heads, q_tokens, n_rows,
-        *out.stride()[:3], GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, PDL=pdl,
-        ROTATE=out_rotation is not None, BLOCK_J=min(head_dim, ROTATION_TILE // head_dim), num_warps=4,
-        launch_pdl=pdl,
+        part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
+        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, PDL=pdl, num_warps=4, launch_pdl=pdl,
     )
     return out
 
@@ -441,18 +436,16 @@ def _compute_major(device_index: int) -> int:
 
 def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                      hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec: QuantSpec,
-                     v_spec: QuantSpec, num_splits: int | None = None, config: DecodeConfig | None = None,
-                     out_rotation: torch.Tensor | None = None) -> torch.Tensor:
+                     v_spec: QuantSpec, num_splits: int | None = None,
+                     config: DecodeConfig | None = None) -> torch.Tensor:
     """Triton version of `decode_attention_reference` (same arguments and result) -> [B, H_q, T_q, D].
 
-    num_splits: history splits per (sequence, KV head); default fills the GPU (`DecodeConfig`). out_rotation
-    [D, D] (the seam's R_V^T): the result is `rotate_output_reference(attention, out_rotation)`, applied by the merge.
+    num_splits: history splits per (sequence, KV head); default fills the GPU (`DecodeConfig`).
     """
     tensors = (q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                hist_len, fp_len, hist_start, fp_start)
     check_decode_inputs(*tensors, k_spec, v_spec)
     check_launch(q, tensors, fp_k, fp_v)
-    check_out_rotation(q, out_rotation)
     _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero)
     batch, q_heads, q_tokens, head_dim = q.shape
     kv_heads = fp_k.shape[1]
@@ -487,4 +480,4 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,
-                       single_launch=cfg.single_launch, out_rotation=out_rotation)
+                       single_launch=cfg.single_launch)

@@ -1,52 +1,23 @@
-"""Stage 2: the log-sum-exp merge of every split's partial output into the attention output, optionally mapped
-through an output rotation on the way out (`_store_row`); or, with `DecodeConfig.single_launch`, the same merge done
-by the last stage-1 program of each row block (`_merge_if_last`)."""
+"""Stage 2: the log-sum-exp merge of every split's partial output into the attention output; or, with
+`DecodeConfig.single_launch`, the same merge done by the last stage-1 program of each row block (`_merge_if_last`)."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from kernels.decode.common import _row_times_columns
-
 
 @triton.jit
-def _store_row(out, row_ptr, rot_ptr, first_columns, D: tl.constexpr, ROTATE: tl.constexpr, BLOCK_J: tl.constexpr):
-    """Store one merged row out [D] (fp32) at row_ptr in the output's dtype; with ROTATE, (out @ R) instead, R [D, D]
-    at rot_ptr in its own dtype, its first BLOCK_J columns already loaded (first_columns [D, BLOCK_J]): the row is
-    rounded to the output's dtype and then to R's, the products summed in fp32 and rounded to R's dtype, then to the
-    output's (what `(out.to(R.dtype) @ R).to(out.dtype)` does), BLOCK_J output columns at a time."""
-    out_ty: tl.constexpr = row_ptr.dtype.element_ty
-    if ROTATE:
-        rot_ty: tl.constexpr = rot_ptr.dtype.element_ty
-        x = out.to(out_ty).to(rot_ty).to(tl.float32)                                         # [D]
-        i = tl.arange(0, D)
-        j = tl.arange(0, BLOCK_J)
-        tl.store(row_ptr + j, tl.sum(x[:, None] * first_columns.to(tl.float32), axis=0).to(rot_ty).to(out_ty))
-        for j0 in tl.static_range(BLOCK_J, D, BLOCK_J):
-            y = _row_times_columns(x, rot_ptr, i, i < D, j0 + j, j0 + j < D, D)                 # [BLOCK_J]
-            tl.store(row_ptr + j0 + j, y.to(rot_ty).to(out_ty))
-    else:
-        tl.store(row_ptr + tl.arange(0, D), out.to(out_ty))
-
-
-@triton.jit
-def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, rot_ptr, n_splits, kv_heads, q_tokens, n_rows,
+def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, n_splits, kv_heads, q_tokens, n_rows,
                           stride_ob, stride_oh, stride_ot,
-                          GROUP: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
-                          ROTATE: tl.constexpr, BLOCK_J: tl.constexpr):
-    """Merge the splits of one query row: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); with ROTATE, stored
-    as out @ R (R [D, D] at rot_ptr: the seam's R_V^T, so the layer needs no GEMM of its own; `_store_row`).
+                          GROUP: tl.constexpr, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    """Merge the splits of one query row: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
 
     PDL: launched as a programmatic dependent of stage 1 (`launch_pdl`), its programs start while stage 1's last
-    programs run and wait for stage 1's results (griddepcontrol.wait) before the first load of them; R's first
-    columns, which stage 1 does not write, load before the wait."""
+    programs run and wait for stage 1's results (griddepcontrol.wait) before the first load."""
     bh = tl.program_id(0)
     row = tl.program_id(1)
     d = tl.arange(0, D)
-    first_columns = d
-    if ROTATE:
-        first_columns = tl.load(rot_ptr + d[:, None] * D + tl.arange(0, BLOCK_J)[None, :])          # [D, BLOCK_J]
     if PDL:
         gdc_wait()
     m = tl.full((), float("-inf"), tl.float32)
@@ -68,8 +39,8 @@ def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, rot_ptr, n_splits, 
     out = acc / tl.where(den > 0, den, 1.0)
     b = (bh // kv_heads).to(tl.int64)
     head = (bh % kv_heads) * GROUP + row // q_tokens
-    _store_row(out, out_ptr + b * stride_ob + head * stride_oh + (row % q_tokens) * stride_ot, rot_ptr,
-               first_columns, D, ROTATE, BLOCK_J)
+    tl.store(out_ptr + b * stride_ob + head * stride_oh + (row % q_tokens) * stride_ot + d,
+             out.to(out_ptr.dtype.element_ty))
 
 
 @triton.jit

@@ -83,10 +83,8 @@ def _valid_mask(q_tokens, n_hist, n_fp, hist_len, fp_len, hist_start, fp_start) 
 
 def decode_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                                hist_len, fp_len, hist_start, fp_start, *, sm_scale: float,
-                               k_spec: QuantSpec, v_spec: QuantSpec,
-                               out_rotation: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of q [B, H_q, T_q, D] over [dequantized history | fp segment] -> [B, H_q, T_q, D], times
-    out_rotation [D, D] when given (`rotate_output_reference`).
+                               k_spec: QuantSpec, v_spec: QuantSpec) -> torch.Tensor:
+    """Attention of q [B, H_q, T_q, D] over [dequantized history | fp segment] -> [B, H_q, T_q, D].
 
     Valid keys of sequence b: history positions [hist_start, hist_len) and fp positions
     [fp_start, fp_len); the T_q queries are the last T_q valid fp entries, so query t sees fp
@@ -97,9 +95,8 @@ def decode_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_
     head_dim = q.shape[-1]
     k_hist = _dequantize_history(k_codes, k_scale, k_zero, k_spec, head_dim)          # [B, H_kv, N, D]
     v_hist = _dequantize_history(v_codes, v_scale, v_zero, v_spec, head_dim)
-    out = attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start,
-                              sm_scale=sm_scale)
-    return rotate_output_reference(out, out_rotation)
+    return attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start,
+                               sm_scale=sm_scale)
 
 
 def attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_start, fp_start, *,
@@ -114,20 +111,3 @@ def attention_reference(q, k_hist, v_hist, fp_k, fp_v, hist_len, fp_len, hist_st
                        hist_start.long(), fp_start.long())
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
     return (probs @ values).to(q.dtype)                                               # [B, H_q, T_q, D]
-
-
-def rotate_output_reference(out: torch.Tensor, rotation: torch.Tensor | None) -> torch.Tensor:
-    """out [..., D] @ rotation [D, D] in the rotation's dtype, back in out's dtype (out itself for None): what the
-    decode kernels' `out_rotation` stores, and the seam's un-rotation of the attention output (R_V^T)."""
-    return out if rotation is None else (out.to(rotation.dtype) @ rotation).to(out.dtype)
-
-
-def check_out_rotation(q: torch.Tensor, rotation: torch.Tensor | None) -> None:
-    """A one-sentence ValueError unless rotation is None or a contiguous floating [D, D] on q's device."""
-    if rotation is None:
-        return
-    d = q.shape[-1]
-    if (tuple(rotation.shape) != (d, d) or not rotation.is_floating_point() or not rotation.is_contiguous()
-            or rotation.device != q.device):
-        raise ValueError(f"out_rotation must be a contiguous floating [{d}, {d}] tensor on {q.device}, got "
-                         f"{rotation.dtype} {list(rotation.shape)} on {rotation.device}.")

@@ -21,7 +21,7 @@ from kernels.decode.common import LOG2E, _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.launch import (DecodeConfig, _sm_count, _warp_rows, check_launch, default_config, grid_size,
                                    run_split_k)
-from kernels.decode.reference import check_out_rotation, check_segments
+from kernels.decode.reference import check_segments
 from kernels.dispatch import interpreter_forced
 from kernels.turbo.history import _turbo_warp_tiles
 from kernels.turbo.layout import TIGHT_BITS, part_shapes
@@ -116,19 +116,17 @@ def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_
 def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                            hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec, v_spec,
                            centroids: torch.Tensor, byte_table: tuple[int, int, int, int] | None = None,
-                           num_splits: int | None = None, config: DecodeConfig | None = None,
-                           out_rotation: torch.Tensor | None = None) -> torch.Tensor:
+                           num_splits: int | None = None, config: DecodeConfig | None = None) -> torch.Tensor:
     """Attention of q [B, H_q, T_q, D] over [TurboQuant history | fp segment] -> [B, H_q, T_q, D].
 
     History parts as kernels/turbo/layout.py stores them ([B, H_kv, N, *]); centroids fp32 [2^k_bits] on q's
     device, byte_table their `centroid_byte_table` (None: computed here, a device-to-host copy). Lengths, the
-    causal rule, num_splits, config and out_rotation as in `kernels.decode.decode_attention`.
+    causal rule, num_splits and config as in `kernels.decode.decode_attention`.
     """
     tensors = (q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                hist_len, fp_len, hist_start, fp_start, centroids)
     check_turbo_inputs(*tensors[:-1], k_spec, v_spec, centroids)
     check_launch(q, tensors, fp_k, fp_v)
-    check_out_rotation(q, out_rotation)
     q_heads, q_tokens, head_dim = q.shape[1:]
     kv_heads = fp_k.shape[1]
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
@@ -155,5 +153,4 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
-    return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,
-                       out_rotation=out_rotation)
+    return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1)
