@@ -304,8 +304,9 @@ def test_grid_size_picks_the_launch_family():
 
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
     """More than 8 query rows, 2-bit per-token K and V of whole fields, fewer units than SMs and at most 4,096 packed
-    tokens: 8-row programs; not at 8k, not with as many units as SMs, not for 8 rows, 4-bit, channel keys or groups
-    inside a field, nor over a launch that names its rows (results/bench/sweep_short_rows.md)."""
+    tokens: 8-row programs; not at 8k, not with as many units as SMs (at head_dim 256 not beyond one unit per 4 SMs),
+    not for 8 rows, 4-bit, channel keys or groups inside a field, nor over a launch that names its rows
+    (results/bench/sweep_short_rows.md, sweep_short_rows_4k.md)."""
     from kernels.decode.launch import short_history_rows
     int2, int4, kivi = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32), QuantSpec(bits=2, group=32,
                                                                                               axis="channel")
@@ -318,6 +319,12 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     assert rows_of(rows=8) is None and rows_of(k=int4, v=int4) is None and rows_of(k=kivi) is None
     assert rows_of(k=QuantSpec(bits=2, group=16), v=QuantSpec(bits=2, group=16)) is None   # groups inside a field
     assert rows_of(base=replace(cfg, warp_rows=16)) == 16
+
+    def rows_at_256(units):
+        int2_256 = QuantSpec(bits=2, group=256)
+        base = default_config(256, on_gpu=True, grid="medium", rows=16)
+        return short_history_rows(base, 256, 16, units, 132, 704, int2_256, int2_256).warp_rows
+    assert rows_at_256(8) == 8 and rows_at_256(32) == 8 and rows_at_256(34) is None and rows_at_256(64) is None
 
 
 def test_default_launch_is_the_family_its_launch_and_the_short_history_rule():
