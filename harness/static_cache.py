@@ -106,12 +106,21 @@ class StaticState:
         for layer in self.layers:
             layer.n_tokens = self.n_tokens
 
+    def demotion_counts(self) -> list[int]:
+        """Rows of each sequence the next step's `before_step` demotes (whole pages beyond the recent window)."""
+        _, _, recent = self.layers[0].regions()
+        return [decode_demotion(r, self.quantizer) for r in recent]
+
+    def demotes_next_step(self) -> bool:
+        """Whether the next step starts with a demotion (one step in page_tokens does: its eager row shifts and
+        quantize-pack launches come on top of the replayed step)."""
+        return max(self.demotion_counts()) > 0
+
     def before_step(self) -> None:
         """Refuse a step beyond the frozen capacity; demote whole pages beyond each recent window (eager)."""
         if self.steps_left <= 0:
             raise ValueError("more decode steps than the max_new_tokens the cache was frozen for.")
-        _, _, recent = self.layers[0].regions()
-        counts = [decode_demotion(r, self.quantizer) for r in recent]
+        counts = self.demotion_counts()
         if max(counts) > 0:
             for layer in self.layers:                       # every layer has the same regions, so the same trim
                 trim = demote_in_place(layer, counts)

@@ -3,7 +3,7 @@
     python scripts/bench_throughput.py                          # Qwen3-4B shapes, ctx 32k/100k, batch 1/8 + same budget
     python scripts/bench_throughput.py --model qwen3_8b --ctx 100000 --batch 1 --budget-gb 70
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
-    python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one decode step's time goes
+    python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one (steady) decode step's time goes
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph+compile,oscar:model+graph+compile
@@ -25,7 +25,11 @@ the memory that ROW's weights and cache take at the first batch: the batch that 
 decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` stays on one GPU), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
 in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
-rows also go to $OUT/bench_throughput.json. A Markdown table is printed last.
+rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles, per row, one step
+that starts with no page demotion (`profiled_demotion` says so), like the timed median; its ms_per_step of rows after
+the first is timed after a profiler session, which slowed the next row's CUDA-graph steps on the H100 (OSCAR 5.87 ms
+after BF16's profile against 5.48 ms alone: results/bench/bench_throughput_steady_profile.md): take step times from
+runs without --profile.
 """
 from __future__ import annotations
 
@@ -193,6 +197,7 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
     def make_step():
         positions = torch.full((batch, 1), state.n_tokens, device=device)
         return lambda: decoder(ids, positions)
+    make_step.demotes_next = state.demotes_next_step             # `profiled` skips a demoting step
     return make_step
 
 
@@ -211,11 +216,12 @@ def time_steps(make_step, steps: int, device) -> float:
 
 
 def profiled(make_step) -> dict:
-    """Where one step's time goes (harness.step_profile), for a step built like the timed ones."""
+    """Where one step's time goes (harness.step_profile), for a step built like the timed ones: for a frozen cache
+    a steady step (no page demotion before it, as in the timed median)."""
     def run():
         with torch.inference_mode():
             make_step()()
-    return profile_rows(run)
+    return profile_rows(run, demotes_next=getattr(make_step, "demotes_next", None))
 
 
 def make_quantizer(spec: str, cfg):

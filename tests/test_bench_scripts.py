@@ -126,6 +126,26 @@ def test_step_profile_splits_gpu_time_by_kernel_kind():
                                     ["elementwise", 0.25, 2]]
 
 
+def test_profile_rows_profiles_a_steady_step_past_a_demoting_one():
+    """With a frozen cache's predicate, a step that would start with a page demotion runs unprofiled first and the
+    row says the profiled step was steady; without one, the row has no such key."""
+    from harness.step_profile import profile_rows
+    calls = []
+    demoting = {3}                                   # the third call would demote (after the two warm-up calls)
+
+    def step():
+        calls.append(len(calls) + 1)
+        sum(range(4))
+
+    row = profile_rows(step, demotes_next=lambda: len(calls) + 1 in demoting)
+    assert calls == [1, 2, 3, 4] and row["profiled_demotion"] is False
+    demoting = set(range(1, 10))                     # every step demotes: two skipped, then profiled anyway
+    calls.clear()
+    assert profile_rows(step, demotes_next=lambda: len(calls) + 1 in demoting)["profiled_demotion"] is True
+    assert len(calls) == 5
+    assert "profiled_demotion" not in profile_rows(step)
+
+
 def test_bench_throughput_profile_mode_reports_the_split(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", "--steps", "1", "--ctx", "600",

@@ -113,6 +113,25 @@ def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
             step(ids, ids)
 
 
+def test_demotes_next_step_says_which_steps_demote_a_page(tiny, tmp_path, monkeypatch):
+    """`StaticState.demotes_next_step` is true exactly before the steps whose `before_step` demotes (the history
+    grows by a page, the fp rows shrink): one step in page_tokens once the recent window is full."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
+    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
+    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
+        cache = seam.new_cache()
+        model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
+        state = freeze(cache, 12, enc.attention_mask)
+        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long, device=DEVICE)
+        said, did = [], []
+        for i in range(12):
+            said.append(state.demotes_next_step())
+            history = sum(cache.layers[0].regions()[1])
+            step(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
+            did.append(sum(cache.layers[0].regions()[1]) > history)
+    assert said == did and 2 <= sum(did) <= 4          # 12 steps, pages of 4 rows
+
+
 def test_a_dropped_frozen_cache_is_freed_without_a_gc_pass(tiny, tmp_path, monkeypatch):
     """Layers and their StaticState must not form a reference cycle: the buffers go with the last reference."""
     import gc
