@@ -5,6 +5,7 @@ runs on CUDA, and the CUDA-graph test replays the captured step.
 """
 import sys
 from collections import Counter
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -95,39 +96,41 @@ def test_bf16_decodes_through_the_frozen_cache_and_kernel(tiny):
     assert cache.layers[0].keys.shape[-2] == prompt + STEPS and cache.layers[0].history_k is None
 
 
-def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
-    """A CUDA graph replays fixed addresses: no buffer may be reallocated while decoding."""
+@contextmanager
+def _frozen_naive_int2(tiny, tmp_path, monkeypatch, steps=12):
+    """Inside: PROMPTS prefilled into naive INT2's cache, frozen for `steps` steps -> (cache, state, step(i)), step(i)
+    decoding token 1 at each sequence's position i past its prompt."""
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
-        state = freeze(cache, 12, enc.attention_mask)
+        state = freeze(cache, steps, enc.attention_mask)
+        decode, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long, device=DEVICE)
+        yield cache, state, lambda i: decode(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
+
+
+def test_frozen_buffers_keep_their_storage(tiny, tmp_path, monkeypatch):
+    """A CUDA graph replays fixed addresses: no buffer may be reallocated while decoding."""
+    with _frozen_naive_int2(tiny, tmp_path, monkeypatch) as (cache, state, step):
         layer = cache.layers[1]
         before = [t.data_ptr() for t in layer.kernel_operands()]
-        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long, device=DEVICE)
         for i in range(12):
-            step(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
+            step(i)
         assert [t.data_ptr() for t in layer.kernel_operands()] == before
         with pytest.raises(ValueError, match="more decode steps"):
-            step(ids, ids)
+            step(12)
 
 
 def test_demotes_next_step_says_which_steps_demote_a_page(tiny, tmp_path, monkeypatch):
     """`StaticState.demotes_next_step` is true exactly before the steps whose `before_step` demotes (the history
     grows by a page, the fp rows shrink): one step in page_tokens once the recent window is full."""
-    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
-    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
-    with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
-        cache = seam.new_cache()
-        model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
-        state = freeze(cache, 12, enc.attention_mask)
-        step, ids = DecodeStep(model, cache, state), torch.ones(2, 1, dtype=torch.long, device=DEVICE)
+    with _frozen_naive_int2(tiny, tmp_path, monkeypatch) as (cache, state, step):
         said, did = [], []
         for i in range(12):
             said.append(state.demotes_next_step())
             history = sum(cache.layers[0].regions()[1])
-            step(ids, enc.attention_mask.sum(-1, keepdim=True) + i)
+            step(i)
             did.append(sum(cache.layers[0].regions()[1]) > history)
     assert said == did and 2 <= sum(did) <= 4          # 12 steps, pages of 4 rows
 
