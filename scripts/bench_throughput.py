@@ -25,11 +25,11 @@ the memory that ROW's weights and cache take at the first batch: the batch that 
 decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` stays on one GPU), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
 in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
-rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles, per row, one step
-that starts with no page demotion (`profiled_demotion` says so), like the timed median; its ms_per_step of rows after
-the first is timed after a profiler session, which slowed the next row's CUDA-graph steps on the H100 (OSCAR 5.87 ms
-after BF16's profile against 5.48 ms alone: results/bench/bench_throughput_steady_profile.md): take step times from
-runs without --profile.
+rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles one step per row; on
+a frozen cache (`+frozen`, `+graph`) one that starts with no page demotion (`profiled_demotion` says so), like the
+timed median. Its ms_per_step of rows after the first is timed after a profiler session, which slowed the next
+row's CUDA-graph steps on the H100 (OSCAR 5.87 ms after BF16's profile against 5.48 ms alone:
+results/bench/bench_throughput_steady_profile.md): take step times from runs without --profile.
 """
 from __future__ import annotations
 
