@@ -47,7 +47,7 @@ TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to whic
 TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit up to which more rows than WARP_TILE_ROWS run as 8-row programs
-SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only up to one unit per 4 SMs (batch 1-4)
+SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -201,10 +201,10 @@ def short_history_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: int, 
     SDPA, at 4k and batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 / 1k the 16-row program is
     faster. At head_dim 256 with 64 units (batch 8) the 16-row program was faster at 1k (1.02-1.05x against
     0.93-0.96x SDPA, one group per row) and within 3 % either way at 2k and 4k (results/bench/sweep_short_rows_4k.md),
-    so there the rule stops at one unit per SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT SMs. An explicit cfg.warp_rows is
+    so there the rule takes fewer than one unit per SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT SMs. An explicit cfg.warp_rows is
     kept."""
-    few_units = units * SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT <= sms if head_dim > 128 else units < sms
-    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and few_units and \
+    sms_per_unit = SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT if head_dim > 128 else 1
+    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and units * sms_per_unit < sms and \
             0 < history_tokens <= SHORT_HISTORY_TOKENS and two_bit_token_layouts(k_spec, v_spec, head_dim):
         return replace(cfg, warp_rows=WARP_TILE_ROWS)
     return cfg
