@@ -247,6 +247,20 @@ def test_warp_rows_split_16_query_rows_over_two_programs(head_dim):
         decode_attention(*args, **kw, config=replace(cfg, warp_rows=4))
 
 
+def test_row_blocks_of_a_split_are_neighbours_in_launch_order():
+    """run_split_k launches stage 1 on (row blocks, splits, B * H_kv) (common.py's `_program_ids`): programs start
+    x-fastest, so the row blocks that read one split's history tiles run together and all but the first find them
+    in L2 (results/bench/sweep_rows8_wide_head.md: 8-row programs 10-16 % faster at batch 8-32 / 32k-100k)."""
+    from kernels.decode.launch import run_split_k
+    grids = []
+
+    def stage1(grid, *_):
+        grids.append(grid)
+    q = torch.zeros(2, 32, 1, 128)
+    run_split_k(q, 2, 1000, 40, DecodeConfig(), on_gpu=False, num_splits=3, row_block=8, stage1=stage1)
+    assert grids == [(2, 3 + 1, 4)]         # 16 rows in two blocks; 3 history splits + 1 fp split; 2 x 2 units
+
+
 def test_token_pairs_only_for_contiguous_16_byte_tokens():
     """Pairs need both caches at 16 bytes per token, stored back to back, and >= 16 pair rows per warp."""
     cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True)
@@ -307,24 +321,40 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     tokens: 8-row programs; not at 8k, not with as many units as SMs (at head_dim 256 not from one unit per 4 SMs on),
     not for 8 rows, 4-bit, channel keys or groups inside a field, nor over a launch that names its rows
     (results/bench/sweep_short_rows.md, sweep_short_rows_4k.md)."""
-    from kernels.decode.launch import short_history_rows
+    from kernels.decode.launch import eight_row_programs
     int2, int4, kivi = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32), QuantSpec(bits=2, group=32,
                                                                                               axis="channel")
     cfg = default_config(128, on_gpu=True, grid="small", rows=16)
 
     def rows_of(rows=16, units=8, tokens=704, k=int2, v=int2, base=cfg):
-        return short_history_rows(base, 128, rows, units, 132, tokens, k, v).warp_rows
+        return eight_row_programs(base, 128, rows, units, 132, tokens, k, v).warp_rows
     assert rows_of() == 8 and rows_of(rows=12, units=64, tokens=3776) == 8 and rows_of(tokens=4096) == 8
     assert rows_of(tokens=7872) is None and rows_of(tokens=0) is None and rows_of(units=256) is None
     assert rows_of(rows=8) is None and rows_of(k=int4, v=int4) is None and rows_of(k=kivi) is None
     assert rows_of(k=QuantSpec(bits=2, group=16), v=QuantSpec(bits=2, group=16)) is None   # groups inside a field
     assert rows_of(base=replace(cfg, warp_rows=16)) == 16
 
-    def rows_at_256(units):
-        int2_256 = QuantSpec(bits=2, group=256)
+    def rows_at_256(units, tokens=704, group=256):
+        spec = QuantSpec(bits=2, group=group)
         base = default_config(256, on_gpu=True, grid="medium", rows=16)
-        return short_history_rows(base, 256, 16, units, 132, 704, int2_256, int2_256).warp_rows
+        return eight_row_programs(base, 256, 16, units, 132, tokens, spec, spec).warp_rows
     assert rows_at_256(8) == 8 and rows_at_256(32) == 8 and rows_at_256(33) is None and rows_at_256(64) is None
+    assert rows_at_256(8, tokens=7872) is None
+
+
+def test_two_groups_per_row_at_head_dim_256_take_8_row_programs_at_any_history():
+    """Head_dim 256 with two (scale, zero) groups of 128 per row (OSCAR's and naive INT2's layout there): 8-row
+    programs at every batch and history (results/bench/sweep_rows8_wide_head.md), never without a packed history (the
+    BF16 rows of the fp segment), nor with 8 rows, nor at head_dim 128 with two groups of 64 (not measured)."""
+    from kernels.decode.launch import eight_row_programs
+    two_groups = QuantSpec(bits=2, group=128)
+    base = default_config(256, on_gpu=True, grid="large", rows=16)
+
+    def rows_of(units, tokens, rows=16, head_dim=256, spec=two_groups):
+        return eight_row_programs(base, head_dim, rows, units, 132, tokens, spec, spec).warp_rows
+    assert rows_of(8, 102080) == 8 and rows_of(256, 102080) == 8 and rows_of(256, 704) == 8
+    assert rows_of(256, 0) is None and rows_of(256, 102080, rows=8) is None
+    assert rows_of(256, 102080, head_dim=128, spec=QuantSpec(bits=2, group=64)) is None
 
 
 def test_default_launch_is_the_family_its_launch_and_the_short_history_rule():
@@ -498,7 +528,7 @@ def test_gpu_default_launch_matches_reference(name, batch):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_gpu_default_launch_of_16_rows_over_a_short_history_matches_reference(head_dim, batch):
-    """GQA 16 over 1k tokens (`short_history_rows`: two 8-row programs per KV head on the launch of its grid, with
+    """GQA 16 over 1k tokens (`eight_row_programs`: two 8-row programs per KV head on the launch of its grid, with
     that grid's register cap) matches the reference."""
     args, kw = make_inputs(batch, 128, 8, 1, head_dim, 704, 320, INT2[head_dim], INT2[head_dim], seed=head_dim)
     out = decode_attention(*args, **kw)

@@ -42,15 +42,22 @@ def _store_lse(part_lse_ptr, slot, row_ok, m_i, l_i):
 
 
 @triton.jit
+def _program_ids():
+    """(split, b * H_kv + h, row block) of a stage-1 program. The grid is (row blocks, splits, B * H_kv): the row
+    blocks of one split, which read the same history tiles, are neighbours in launch order, so all but the first
+    find the tiles in L2 (`run_split_k`)."""
+    return tl.program_id(1), tl.program_id(2), tl.program_id(0)
+
+
+@triton.jit
 def _program_rows(kv_heads, q_tokens, n_rows, n_splits, stride_qb, stride_qh, stride_qt,
                   GROUP: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Who a stage-1 program (split, b * H_kv + h, row block) is: its split, sequence b and KV head h (int64), its
-    query rows (head-major: GROUP heads x T_q tokens) [BLOCK_R], their mask, q offsets and partial-output slots."""
-    split = tl.program_id(0)
-    bh = tl.program_id(1)
+    """Who a stage-1 program (`_program_ids`) is: its split, sequence b and KV head h (int64), its query rows
+    (head-major: GROUP heads x T_q tokens) [BLOCK_R], their mask, q offsets and partial-output slots."""
+    split, bh, row_block = _program_ids()
     b = (bh // kv_heads).to(tl.int64)
     h = (bh % kv_heads).to(tl.int64)
-    rows = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)                      # [BLOCK_R] query rows
+    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)                             # [BLOCK_R] query rows
     row_ok = rows < n_rows
     q_rows = b * stride_qb + (h * GROUP + rows // q_tokens) * stride_qh + (rows % q_tokens) * stride_qt
     slot = (bh.to(tl.int64) * n_splits + split) * n_rows + rows                    # [BLOCK_R]

@@ -192,32 +192,41 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
-def short_history_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
+def eight_row_programs(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
                        k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
-    """cfg with 8-row programs (`warp_rows`) where a call has more query rows per KV head than WARP_TILE_ROWS, 2-bit
-    per-token K and V (`two_bit_token_layouts`), fewer units than SMs and at most SHORT_HISTORY_TOKENS packed tokens:
-    twice the programs, each on the word loop, where one 16-row program's latency dominates. H100, groups 12 and 16,
-    head_dim 64 / 128 / 256 (results/bench/sweep_short_rows.md): at 1k and batch 1 / 3 / 8 0.60-0.91x -> 0.76-1.04x
-    SDPA, at 4k and batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 / 1k the 16-row program is
-    faster. At head_dim 256 with 64 units (batch 8) the 16-row program was faster at 1k (1.02-1.05x against
-    0.93-0.96x SDPA, one group per row) and within 3 % either way at 2k and 4k (results/bench/sweep_short_rows_4k.md),
-    so there the rule takes fewer than one unit per SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT SMs. An explicit cfg.warp_rows is
-    kept."""
+    """cfg with 8-row programs (`warp_rows`) where a call has more query rows per KV head than WARP_TILE_ROWS over a
+    packed history of 2-bit per-token K and V (`two_bit_token_layouts`): twice the programs, each on the word loop,
+    the row blocks of a split neighbours in launch order (common.py's `_program_ids`), so the second finds the history
+    in L2. An explicit cfg.warp_rows is kept. Two cases, H100, groups 12 and 16:
+
+    Short histories: fewer units than SMs and at most SHORT_HISTORY_TOKENS packed tokens, where one 16-row program's
+    latency dominates. Head_dim 64 / 128 / 256 (results/bench/sweep_short_rows.md): at 1k and batch 1 / 3 / 8
+    0.60-0.91x -> 0.76-1.04x SDPA, at 4k and batch 1 0.82-1.06x -> 0.93-1.28x; at 8k and batch 1 and at batch 32 /
+    1k the 16-row program is faster. At head_dim 256 with 64 units (batch 8) the 16-row program was faster at 1k
+    (1.02-1.05x against 0.93-0.96x SDPA, one group per row) and within 3 % either way at 2k and 4k
+    (results/bench/sweep_short_rows_4k.md), so there the rule takes fewer than one unit per
+    SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT SMs.
+
+    Head_dim 256 with several (scale, zero) groups per row (OSCAR's and naive INT2's groups of 128), at any history:
+    the 16-row program of that layout was 6-22 % slower from batch 1 / 8k to batch 32 / 100k
+    (results/bench/sweep_rows8_wide_head.md); with one group per row it stays faster beyond short histories."""
+    if cfg.warp_rows is not None or rows <= WARP_TILE_ROWS or history_tokens <= 0 or \
+            not two_bit_token_layouts(k_spec, v_spec, head_dim):
+        return cfg
     sms_per_unit = SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT if head_dim > 128 else 1
-    if cfg.warp_rows is None and rows > WARP_TILE_ROWS and units * sms_per_unit < sms and \
-            0 < history_tokens <= SHORT_HISTORY_TOKENS and two_bit_token_layouts(k_spec, v_spec, head_dim):
-        return replace(cfg, warp_rows=WARP_TILE_ROWS)
-    return cfg
+    short = history_tokens <= SHORT_HISTORY_TOKENS and units * sms_per_unit < sms
+    grouped_wide_head = head_dim > 128 and not single_group_layouts(k_spec, v_spec, head_dim)
+    return replace(cfg, warp_rows=WARP_TILE_ROWS) if short or grouped_wide_head else cfg
 
 
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
                    history_tokens: int) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens: the family by `grid_size`, its launch by
-    `launch_config`, then `short_history_rows`."""
+    `launch_config`, then `eight_row_programs`."""
     grid = grid_size(units, sms, history_tokens, rows)
     cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
-    return short_history_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
 
 @lru_cache(maxsize=None)
@@ -399,7 +408,7 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     contiguous, so the seam's hand-over costs no copy kernel).
 
     stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters) launches a format's stage-1 kernel on
-    `grid` (splits, B * H_kv, row blocks of `row_block`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
+    `grid` (row blocks of `row_block`, splits, B * H_kv: common.py's `_program_ids`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
     [B * H_kv, splits, rows] (fp32), hist_splits history splits first. single_launch: the stage-1 kernel merges
     into `out` itself (`counters` given, no stage 2); otherwise counters is None.
     """
@@ -417,7 +426,7 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     part_lse = q.new_empty(units, n_splits, n_rows, dtype=torch.float32)
     row_blocks = triton.cdiv(n_rows, row_block)
     counters = merge_counters(q.device, units * row_blocks) if single_launch else None
-    stage1((n_splits, units, row_blocks), part_o, part_lse, hist_splits, fp_splits, out, counters)
+    stage1((row_blocks, n_splits, units), part_o, part_lse, hist_splits, fp_splits, out, counters)
     if single_launch:
         return out
     pdl = uses_pdl(cfg, q.device, on_gpu)

@@ -6,6 +6,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
+from kernels.decode.common import _program_ids
+
 
 @triton.jit
 def _decode_stage2_kernel(part_o_ptr, part_lse_ptr, out_ptr, n_splits, kv_heads, q_tokens, n_rows,
@@ -52,8 +54,8 @@ def _merge_if_last(counter_ptr, part_o_ptr, part_lse_ptr, out_ptr, rows, row_ok,
     barrier, so the other programs' partials are visible to the merging one; it reads them past L1 (.cg) and
     resets the counter for the next call (a CUDA graph replays with the same counters).
     """
-    bh = tl.program_id(1)
-    counter = counter_ptr + bh * tl.num_programs(2) + tl.program_id(2)
+    _, bh, row_block = _program_ids()
+    counter = counter_ptr + bh * tl.num_programs(0) + row_block
     tl.debug_barrier()                                          # every thread's partial stores precede the count
     if tl.atomic_add(counter, 1, sem="acq_rel") == n_splits - 1:
         d = tl.arange(0, D)
