@@ -207,15 +207,18 @@ def eight_row_programs(cfg: DecodeConfig, head_dim: int, rows: int, units: int, 
     (results/bench/sweep_short_rows_4k.md), so there the rule takes fewer than one unit per
     SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT SMs.
 
-    Head_dim 256 with several (scale, zero) groups per row (OSCAR's and naive INT2's groups of 128), at any history:
-    the 16-row program of that layout was 6-22 % slower from batch 1 / 8k to batch 32 / 100k
-    (results/bench/sweep_rows8_wide_head.md); with one group per row it stays faster beyond short histories."""
+    Head_dim 256 with several (scale, zero) groups per row (OSCAR's and naive INT2's groups of 128), beyond short
+    histories or with fewer units than SMs: the 16-row program of that layout took 1.12-1.13x the time at batch 8 /
+    1k (0.85-0.88x -> 0.96-0.99x SDPA) and 0.99-1.21x from batch 1 / 8k to batch 32 / 100k (batch 32 / 100k:
+    2.95-2.96x -> 3.29x SDPA); at batch 32 / 1k it stays (0.96-0.97x the 8-row time). With one group per row the
+    16-row program stays faster beyond short histories (results/bench/sweep_rows8_wide_head.md)."""
     if cfg.warp_rows is not None or rows <= WARP_TILE_ROWS or history_tokens <= 0 or \
             not two_bit_token_layouts(k_spec, v_spec, head_dim):
         return cfg
     sms_per_unit = SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT if head_dim > 128 else 1
     short = history_tokens <= SHORT_HISTORY_TOKENS and units * sms_per_unit < sms
-    grouped_wide_head = head_dim > 128 and not single_group_layouts(k_spec, v_spec, head_dim)
+    grouped_wide_head = head_dim > 128 and not single_group_layouts(k_spec, v_spec, head_dim) and \
+        (history_tokens > SHORT_HISTORY_TOKENS or units < sms)
     return replace(cfg, warp_rows=WARP_TILE_ROWS) if short or grouped_wide_head else cfg
 
 
