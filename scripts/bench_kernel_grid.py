@@ -7,7 +7,9 @@
 Each point (head_dim, GQA group, batch, ctx; 8 KV heads, one query token) times three calls on the same
 shape: BF16 SDPA (torch, `enable_gqa`), BF16 on the harness's kernel (`kernels.decode` with no packed
 history: the whole context in its full-precision segment, what `bf16+graph` decodes with) and the INT2
-kernel (64 sink + 256 recent BF16 rows, the rest packed, as bench_kernels.py). Timings are CUDA-graph
+kernel (64 sink + 256 recent BF16 rows, the rest packed, as bench_kernels.py: one (scale, zero) per 128 coordinates,
+naive INT2's and OSCAR's layout, so two per row at head_dim 256; rows record it as int2_group, and runs without
+that key had one per row at every head_dim). Timings are CUDA-graph
 replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides the bytes a call must move
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
@@ -28,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
-                           decode_inputs, graph_ms, point_grid, point_launch, sdpa_call)
+                           decode_inputs, graph_ms, int_spec, point_grid, point_launch, sdpa_call)
 from harness.cache import empty_history  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
@@ -81,7 +83,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict
     row["int2_vs_sdpa"] = row["sdpa_ms"] / row["int2_ms"]
     row["int2_vs_bf16_kernel"] = row["bf16_kernel_ms"] / row["int2_ms"]
     row["grid"] = point_grid(batch, ctx, shape)
-    spec = QuantSpec(bits=2, group=shape.head_dim)
+    spec = int_spec(2, shape.head_dim)
+    row["int2_group"] = spec.group
     row["config"] = str(point_launch(batch, ctx, shape, spec, spec))
     return row
 

@@ -7,8 +7,8 @@ Run on the GPU box from the repo root (needs only torch, triton, kernels/ and os
     python scripts/dev/sweep_decode_tiles.py       # decode tile / split variants: a script of its own
 
 Decode shapes: 32 query heads, 8 KV heads, head_dim 128, one query token, a BF16 segment of
-64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero, one group per
-token row). Each kernel's TB/s counts the bytes it must read (codes + metadata + fp segment + q)
+64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero per INT_GROUP coordinates of a
+token row, naive INT2's and OSCAR's groups: one per row up to head_dim 128, two at 256). Each kernel's TB/s counts the bytes it must read (codes + metadata + fp segment + q)
 and write (out); "of copy" divides by the device-to-device copy bandwidth measured in the same run
 (bytes read + written). Timings are `triton.testing.do_bench` medians of CUDA-graph replays that
 run the call over enough independent input sets to exceed L2 (no launch overhead, no cache reuse);
@@ -53,6 +53,7 @@ class AttnShape:
 
 QWEN3_8B = AttnShape()
 SINK, RECENT = 64, 256
+INT_GROUP = 128            # coordinates per (scale, zero) of the harness's INT2 and OSCAR caches (configs/quantizer)
 FULL_SHAPES = [(1, 8192), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (8, 131072),
                (32, 8192), (32, 32768), (32, 102400)]
 QUICK_SHAPES = [(1, 4096), (8, 8192)]
@@ -131,14 +132,20 @@ def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts:
     return (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
 
 
+def int_spec(bits: int, head_dim: int) -> QuantSpec:
+    """The token-major INT layout these benchmarks time: one (scale, zero) per INT_GROUP coordinates of a row."""
+    return QuantSpec(bits=bits, group=min(head_dim, INT_GROUP))
+
+
 def decode_inputs(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B):
-    """Random packed cache + fp segment + q for one (batch, ctx, bits) point -> (args, spec, bytes)."""
+    """Random packed cache (`int_spec`) + fp segment + q for one (batch, ctx, bits) point -> (args, spec, bytes)."""
     heads, d = shape.kv_heads, shape.head_dim
-    spec = QuantSpec(bits=bits, group=d)
-    meta_shape = (batch, heads, ctx - SINK - RECENT)
-    parts = [(torch.randint(0, 256, (*meta_shape, d * bits // 8), dtype=torch.uint8, device="cuda"),
-              (torch.rand(*meta_shape, 1, device="cuda") * 0.2 + 0.05).half(),
-              (torch.rand(*meta_shape, 1, device="cuda") * (2 ** bits - 1)).half()) for _ in range(2)]
+    spec = int_spec(bits, d)
+    rows = (batch, heads, ctx - SINK - RECENT)
+    groups = d // spec.group
+    parts = [(torch.randint(0, 256, (*rows, d * bits // 8), dtype=torch.uint8, device="cuda"),
+              (torch.rand(*rows, groups, device="cuda") * 0.2 + 0.05).half(),
+              (torch.rand(*rows, groups, device="cuda") * (2 ** bits - 1)).half()) for _ in range(2)]
     args = decode_args(batch, ctx, shape, *parts)
     nbytes = sum(t.numel() * t.element_size() for t in args[1:9]) + 2 * args[0].numel() * args[0].element_size()
     return args, spec, nbytes
@@ -183,9 +190,11 @@ def bench_decode_point(batch: int, ctx: int, copy_tbs: float) -> dict:
 
 
 def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) -> int:
-    """Bytes one INT decode call must move: codes + fp16 scale/zero + BF16 fp segment + q + out."""
+    """Bytes one INT decode call must move: codes + fp16 scale/zero per group (`int_spec`) + BF16 fp segment + q +
+    out."""
     n_hist, n_fp, d = ctx - SINK - RECENT, SINK + RECENT, shape.head_dim
-    per_head = n_hist * (d * bits // 8 + 4) * 2 + n_fp * d * 2 * 2
+    groups = d // int_spec(bits, d).group
+    per_head = n_hist * (d * bits // 8 + 4 * groups) * 2 + n_fp * d * 2 * 2
     return batch * shape.kv_heads * per_head + 2 * batch * shape.q_heads * d * 2
 
 

@@ -50,11 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
-                           decode_call, decode_inputs, graph_ms, point_launch, sdpa_call)
+                           decode_call, decode_inputs, graph_ms, int_spec, point_launch, sdpa_call)
 from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
-from kernels.format import QuantSpec  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
 GRIDS = {
@@ -137,7 +136,7 @@ def check(cfg: DecodeConfig, shape: AttnShape) -> float:
 
 def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
-    spec = QuantSpec(bits=2, group=shape.head_dim)                  # decode_inputs' INT2 format
+    spec = int_spec(2, shape.head_dim)                              # decode_inputs' INT2 format
     cfg = replace(point_launch(batch, ctx, shape, spec, spec), **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = _decode_bytes(batch, ctx, 2, shape)
