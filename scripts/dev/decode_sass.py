@@ -8,6 +8,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
     python scripts/dev/decode_sass.py --launches         # INT2's launch per grid, head_dim and 8 / 16 query rows
+    python scripts/dev/decode_sass.py --wide-head-groups  # head_dim 256, one or two groups a row, 8- / 16-row programs
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
@@ -223,6 +224,23 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16)) -> list[str]:
     return lines
 
 
+def wide_head_group_rows(head_dim: int = 256, groups: tuple = (256, 128)) -> list[str]:
+    """Markdown rows of the large-grid INT2 launch at head_dim 256 with one (scale, zero) per row and with groups of
+    128 (naive INT2's and OSCAR's layout there), 16 query rows as one 16-row program and as 8-row programs
+    (`kernels.decode.launch.eight_row_programs`), and 4 rows: registers, loop instructions per 128 tokens, spills."""
+    lines = []
+    for coords in groups:
+        spec = QuantSpec(bits=BITS, group=coords)
+        for rows, warp_rows in ((16, ROW_BLOCK), (16, WARP_TILE_ROWS), (4, None)):
+            cfg = replace(launch_config(head_dim, True, "large", spec, spec, rows), warp_rows=warp_rows)
+            cubin = compile_stage1(cfg, Layout(head_dim, rows * KV_HEADS, coords, coords), rows=rows).asm["cubin"]
+            loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+            spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
+            lines.append(f"| {head_dim // coords} | {rows} | {_warp_rows(cfg, rows)} | {registers(cubin)} | "
+                         f"{len(opcodes(loop)) * 128 // cfg.block_n} | {spills} |")
+    return lines
+
+
 ORDERING = re.compile(r"\b(BAR\.SYNC|MEMBAR\.\w+\.\w+|ATOMG\.E\.\w+\.STRONG\.GPU|CCTL\.IVALL)")
 
 
@@ -241,8 +259,16 @@ def main() -> None:
     parser.add_argument("--layout", default="int2", choices=sorted(LAYOUTS))
     parser.add_argument("--single-launch", action="store_true", help="print the merge's memory ordering and stop")
     parser.add_argument("--launches", action="store_true", help="INT2's launch per grid, head_dim and rows; stop")
+    parser.add_argument("--wide-head-groups", action="store_true",
+                        help="head_dim 256 with one or two groups a row, 8- and 16-row programs; stop")
     args = parser.parse_args()
     layout = LAYOUTS[args.layout]
+    if args.wide_head_groups:
+        print("| groups per row | query rows | rows per program | registers | loop instructions / 128 tokens "
+              "| loop spills |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(wide_head_group_rows()))
+        return
     if args.launches:
         print("| head_dim | GQA | grid | tokens / tile | warps | maxnreg | registers | loop instructions / 128 tokens "
               "| loop spills |")
