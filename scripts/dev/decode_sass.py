@@ -207,20 +207,24 @@ def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
     return "warp tiles, pairs" if pairs else "warp tiles"
 
 
+def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
+    """'registers | loop instructions per 128 tokens | spill instructions (LDL / STL) in the loop' of one launch."""
+    cubin = compile_stage1(cfg, layout, rows=rows).asm["cubin"]
+    loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
+    spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
+    return f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spills}"
+
+
 def launch_rows(head_dims=(64, 128, 256), groups=(4, 16)) -> list[str]:
     """Markdown rows of INT2's launch on every grid: registers, loop instructions per 128 tokens, loop spills."""
     lines = []
     for d in head_dims:
         spec = QuantSpec(bits=BITS, group=d)
         for group in groups:
-            layout = Layout(d, group * KV_HEADS, d, d)
             for grid in GRIDS:
                 cfg = launch_config(d, True, grid, spec, spec, group)
-                cubin = compile_stage1(cfg, layout, rows=group).asm["cubin"]
-                loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
-                spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
-                             f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spills} |")
+                             f"{loop_counts(cfg, Layout(d, group * KV_HEADS, d, d), group)} |")
     return lines
 
 
@@ -233,11 +237,8 @@ def wide_head_group_rows(head_dim: int = 256, groups: tuple = (256, 128)) -> lis
         spec = QuantSpec(bits=BITS, group=coords)
         for rows, warp_rows in ((16, ROW_BLOCK), (16, WARP_TILE_ROWS), (4, None)):
             cfg = replace(launch_config(head_dim, True, "large", spec, spec, rows), warp_rows=warp_rows)
-            cubin = compile_stage1(cfg, Layout(head_dim, rows * KV_HEADS, coords, coords), rows=rows).asm["cubin"]
-            loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
-            spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
-            lines.append(f"| {head_dim // coords} | {rows} | {_warp_rows(cfg, rows)} | {registers(cubin)} | "
-                         f"{len(opcodes(loop)) * 128 // cfg.block_n} | {spills} |")
+            lines.append(f"| {head_dim // coords} | {rows} | {_warp_rows(cfg, rows)} | "
+                         f"{loop_counts(cfg, Layout(head_dim, rows * KV_HEADS, coords, coords), rows)} |")
     return lines
 
 
@@ -253,6 +254,12 @@ def merge_ordering(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"]) -> list[
     return ops[max(first_atomic - 2, 0):first_atomic + 3]
 
 
+def print_table(header: list[str], rows: list[str]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("\n".join(rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
@@ -263,17 +270,12 @@ def main() -> None:
                         help="head_dim 256 with one or two groups a row, 8- and 16-row programs; stop")
     args = parser.parse_args()
     layout = LAYOUTS[args.layout]
+    counts = ["registers", "loop instructions / 128 tokens", "loop spills"]
     if args.wide_head_groups:
-        print("| groups per row | query rows | rows per program | registers | loop instructions / 128 tokens "
-              "| loop spills |")
-        print("|---|---|---|---|---|---|")
-        print("\n".join(wide_head_group_rows()))
+        print_table(["groups per row", "query rows", "rows per program", *counts], wide_head_group_rows())
         return
     if args.launches:
-        print("| head_dim | GQA | grid | tokens / tile | warps | maxnreg | registers | loop instructions / 128 tokens "
-              "| loop spills |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        print("\n".join(launch_rows()))
+        print_table(["head_dim", "GQA", "grid", "tokens / tile", "warps", "maxnreg", *counts], launch_rows())
         return
     if args.single_launch:
         for grid in ("small", "large"):
