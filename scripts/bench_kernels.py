@@ -8,10 +8,10 @@ Run on the GPU box from the repo root (needs only torch, triton, kernels/ and os
 
 Decode shapes: 32 query heads, 8 KV heads, head_dim 128, one query token, a BF16 segment of
 64 sink + 256 recent tokens and ctx - 320 packed history tokens (fp16 scale/zero per INT_GROUP coordinates of a
-token row, naive INT2's and OSCAR's groups: one per row up to head_dim 128, two at 256). Each kernel's TB/s counts the bytes it must read (codes + metadata + fp segment + q)
-and write (out); "of copy" divides by the device-to-device copy bandwidth measured in the same run
-(bytes read + written). Timings are `triton.testing.do_bench` medians of CUDA-graph replays that
-run the call over enough independent input sets to exceed L2 (no launch overhead, no cache reuse);
+token row, naive INT2's and OSCAR's groups: one per row up to head_dim 128, two at 256). Each kernel's TB/s counts
+the bytes it must read (codes + metadata + fp segment + q) and write (out); "of copy" divides by the
+device-to-device copy bandwidth measured in the same run (bytes read + written). Timings are
+`triton.testing.do_bench` medians of CUDA-graph replays that run the call over enough independent input sets to exceed L2 (no launch overhead, no cache reuse);
 the eager host cost per call is reported separately (launch_us in the JSON). Before timing, the kernels are checked against `kernels.reference` on small random inputs.
 The Markdown table is printed last; with $OUT set, all numbers also go to $OUT/bench_kernels.json.
 """

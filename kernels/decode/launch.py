@@ -411,9 +411,10 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     contiguous, so the seam's hand-over costs no copy kernel).
 
     stage1(grid, part_o, part_lse, hist_splits, fp_splits, out, counters) launches a format's stage-1 kernel on
-    `grid` (row blocks of `row_block`, splits, B * H_kv: common.py's `_program_ids`); it fills part_o [B * H_kv, splits, rows, D] and part_lse
-    [B * H_kv, splits, rows] (fp32), hist_splits history splits first. single_launch: the stage-1 kernel merges
-    into `out` itself (`counters` given, no stage 2); otherwise counters is None.
+    `grid` (row blocks of `row_block`, splits, B * H_kv: common.py's `_program_ids`); it fills part_o
+    [B * H_kv, splits, rows, D] and part_lse [B * H_kv, splits, rows] (fp32), hist_splits history splits first.
+    single_launch: the stage-1 kernel merges into `out` itself (`counters` given, no stage 2); otherwise counters is
+    None.
     """
     batch, q_heads, q_tokens, head_dim = q.shape
     units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
