@@ -235,11 +235,13 @@ def test_token_pairs_match_reference(batch, group, q_tokens, n_hist, num_splits)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_warp_rows_split_16_query_rows_over_two_programs(head_dim):
-    """DecodeConfig.warp_rows=8 with GQA 16: two 8-row programs per KV head (pairs at head_dim 64) match the
+@pytest.mark.parametrize("head_dim, group", [(64, 64), (128, 128), (256, 256), (256, 128)])
+def test_warp_rows_split_16_query_rows_over_two_programs(head_dim, group):
+    """DecodeConfig.warp_rows=8 with GQA 16: two 8-row programs per KV head (pairs at head_dim 64; at head_dim 256
+    also with two (scale, zero) groups per row, where `eight_row_programs` takes them by default) match the
     reference; other values are refused."""
-    args, kw = make_inputs(2, 32, 2, 1, head_dim, 290, 11, INT2[head_dim], INT2[head_dim], seed=7)
+    spec = QuantSpec(bits=2, group=group)
+    args, kw = make_inputs(2, 32, 2, 1, head_dim, 290, 11, spec, spec, seed=7)
     cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=8)
     out = decode_attention(*args, **kw, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
@@ -336,15 +338,15 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     assert rows_of(k=QuantSpec(bits=2, group=16), v=QuantSpec(bits=2, group=16)) is None   # groups inside a field
     assert rows_of(base=replace(cfg, warp_rows=16)) == 16
 
-    def rows_at_256(units, tokens=704, group=256):
-        spec = QuantSpec(bits=2, group=group)
+    def rows_at_256(units, tokens=704):
+        spec = QuantSpec(bits=2, group=256)
         base = default_config(256, on_gpu=True, grid="medium", rows=16)
         return eight_row_programs(base, 256, 16, units, 132, tokens, spec, spec).warp_rows
     assert rows_at_256(8) == 8 and rows_at_256(32) == 8 and rows_at_256(33) is None and rows_at_256(64) is None
     assert rows_at_256(8, tokens=7872) is None
 
 
-def test_two_groups_per_row_at_head_dim_256_take_8_row_programs_at_any_history():
+def test_two_groups_per_row_at_head_dim_256_take_8_row_programs_beyond_short_histories():
     """Head_dim 256 with two (scale, zero) groups of 128 per row (OSCAR's and naive INT2's layout there): 8-row
     programs beyond 4,096 packed tokens and with fewer units than SMs (results/bench/sweep_rows8_wide_head.md), never
     without a packed history (the BF16 rows of the fp segment), nor with 8 rows, nor at head_dim 128 with two groups

@@ -228,12 +228,12 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16)) -> list[str]:
     return lines
 
 
-def wide_head_group_rows(head_dim: int = 256, groups: tuple = (256, 128)) -> list[str]:
+def wide_head_group_rows(head_dim: int = 256, group_sizes: tuple = (256, 128)) -> list[str]:
     """Markdown rows of the large-grid INT2 launch at head_dim 256 with one (scale, zero) per row and with groups of
     128 (naive INT2's and OSCAR's layout there), 16 query rows as one 16-row program and as 8-row programs
     (`kernels.decode.launch.eight_row_programs`), and 4 rows: registers, loop instructions per 128 tokens, spills."""
     lines = []
-    for coords in groups:
+    for coords in group_sizes:
         spec = QuantSpec(bits=BITS, group=coords)
         for rows, warp_rows in ((16, ROW_BLOCK), (16, WARP_TILE_ROWS), (4, None)):
             cfg = replace(launch_config(head_dim, True, "large", spec, spec, rows), warp_rows=warp_rows)
