@@ -31,7 +31,6 @@ class GemvConfig(NamedTuple):
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
-    programs_per_sm: int = 0      # 0: one program per BLOCK_N rows; p > 0: p programs per SM striding over them
 
 
 @triton.jit
@@ -59,47 +58,6 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_w
         acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
-
-
-@triton.jit
-def _gemv_strided_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_rm, stride_ym,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         HAS_RESIDUAL: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """Program p of G: row blocks p, p + G, p + 2G, ... of BLOCK_N output features, in one loop over (block, K slice)
-    so that the pipeline loads the next block's first slices while a block ends: every SM streams W without a gap
-    between blocks, and the launch has G programs, not one per block."""
-    pid, programs = tl.program_id(0), tl.num_programs(0)
-    slices = tl.cdiv(K, BLOCK_K)
-    mine = tl.cdiv(tl.cdiv(N, BLOCK_N) - pid, programs)                        # blocks of this program
-    rm = tl.arange(0, BLOCK_M)                                                  # [BM]
-    m_ok = rm < M
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for it in tl.range(0, mine * slices, num_stages=NUM_STAGES):
-        block = pid + (it // slices) * programs
-        ks = it % slices
-        rn = block * BLOCK_N + tl.arange(0, BLOCK_N)                            # [BN]
-        rk = ks * BLOCK_K + tl.arange(0, BLOCK_K)                               # [BK]
-        n_ok, k_ok = rn < N, rk < K
-        w = tl.load(w_ptr + rn[:, None].to(tl.int64) * stride_wn + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                    other=0.0)                                                                      # [BN, BK]
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)                                                                      # [BM, BK]
-        acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
-        if ks == slices - 1:
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            if HAS_RESIDUAL:
-                acc += tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :], mask=m_ok[:, None] & n_ok[None, :],
-                               other=0.0).to(tl.float32)                                            # [BM, BN]
-            tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-                     mask=m_ok[:, None] & n_ok[None, :])
-            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-
-
-def _programs(n_blocks: int, programs_per_sm: int, device: torch.device) -> int:
-    """Programs of a strided launch: programs_per_sm per SM (4 SMs in the interpreter), at most one per block."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    return max(1, min(n_blocks, programs_per_sm * sms))
 
 
 def gemv_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -131,17 +89,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = x.new_empty(m, n)
-    args = (x, weight, weight if bias is None else bias, y if residual is None else residual, y, m, n, k,
-            x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0))
-    constants = dict(BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                     HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps)
-    n_blocks = triton.cdiv(n, cfg.block_n)
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
-        if cfg.programs_per_sm:
-            _gemv_strided_kernel[(_programs(n_blocks, cfg.programs_per_sm, x.device),)](
-                *args, **constants, NUM_STAGES=cfg.num_stages)
-        else:
-            _gemv_kernel[(n_blocks,)](*args, **constants, num_stages=cfg.num_stages)
+        _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+            x, weight, weight if bias is None else bias, y if residual is None else residual, y, m, n, k,
+            x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, HAS_BIAS=bias is not None,
+            HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
 
 
