@@ -3,6 +3,7 @@
     python scripts/bench_formats.py                                        # 3 attention shapes x 3 points
     python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
     python scripts/bench_formats.py --formats turboquant_k3v3 --launch 'block_n=128;num_warps=8'   # launch variants
+    python scripts/bench_formats.py --formats int2 --q-tokens 4      # a verification step: 4 tokens per sequence
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
@@ -71,13 +72,13 @@ def format_bytes(fmt: str, batch: int, ctx: int, shape: AttnShape) -> int:
     stored = sum(torch.Size(size).numel() * dtype.itemsize for spec in (quantizer.key_spec, quantizer.value_spec)
                  for size, dtype in ops.part_shapes(hist, spec).values())
     fp_segment = 2 * batch * shape.kv_heads * (SINK + RECENT) * shape.head_dim * 2
-    return stored + fp_segment + 2 * batch * shape.q_heads * shape.head_dim * 2
+    return stored + fp_segment + 2 * batch * shape.q_heads * shape.q_tokens * shape.head_dim * 2
 
 
 def format_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -> DecodeConfig:
     """The launch a format's decode call takes by default at this point (what `--launch` variants change)."""
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
-    grid, rows = point_grid(batch, ctx, shape), shape.q_heads // shape.kv_heads
+    grid, rows = point_grid(batch, ctx, shape), shape.rows
     if fmt == "turboquant_k3v3":
         return turbo_gpu_config(d, grid)
     if fmt in LAUNCH_CHANGES:
@@ -121,7 +122,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
                 launches: list[dict] = ()) -> list[dict]:
     """Rows of one (shape, batch, ctx): BF16 SDPA first, then each format (at its default launch, then at each
     of `launches`) with its speedup over it."""
-    base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "batch": batch, "ctx": ctx}
+    base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "q_tokens": shape.q_tokens,
+            "batch": batch, "ctx": ctx}
     bf16 = bf16_bytes(batch, ctx, shape)
     sdpa_ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), bf16)
     rows = [{**base, "format": "bf16 (SDPA)", "ms": sdpa_ms, "of_copy": bf16 / sdpa_ms / 1e9 / copy_tbs,
@@ -140,9 +142,10 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
     return rows
 
 
-def markdown(device: str, copy_tbs: float, rows: list[dict]) -> str:
+def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1) -> str:
+    tokens = "one query token" if q_tokens == 1 else f"{q_tokens} query tokens per sequence (causal, lower-right)"
     lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
-             f"(read + write); {KV_HEADS} KV heads, one query token.", "",
+             f"(read + write); {KV_HEADS} KV heads, {tokens}.", "",
              "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -159,6 +162,7 @@ def main() -> None:
     parser.add_argument("--head-dims", default="64,128,256")
     parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
     parser.add_argument("--points", default="1:32768,8:32768,32:102400", help="batch:ctx,...")
+    parser.add_argument("--q-tokens", type=int, default=1, help="query tokens per sequence (a verification step)")
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--launch", default="", help="launch variants of every format, e.g. "
                         "'block_n=128,num_warps=8;num_stages=3' (DecodeConfig fields changed from its default)")
@@ -173,7 +177,7 @@ def main() -> None:
     copy_tbs = copy_bandwidth()
     rows = []
     for d in (int(v) for v in args.head_dims.split(",")):
-        shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d)
+        shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d, args.q_tokens)
         for point in args.points.split(","):
             batch, ctx = (int(v) for v in point.split(":"))
             point_rows = bench_point(shape, batch, ctx, formats, copy_tbs, launches)
@@ -184,7 +188,7 @@ def main() -> None:
         payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
                    "copy_tbs": copy_tbs, "rows": rows}
         Path(os.environ["OUT"], "bench_formats.json").write_text(json.dumps(payload, indent=1))
-    print(markdown(device, copy_tbs, rows))
+    print(markdown(device, copy_tbs, rows, args.q_tokens))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
+from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,11 +45,18 @@ Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 
 @dataclass(frozen=True)
 class AttnShape:
-    """Attention heads of one decode call: query heads, KV heads, head_dim."""
+    """Attention heads of one decode call: query heads, KV heads, head_dim, and query tokens per sequence (1: a
+    decode step; more: a verification step, each token causal over the history and the tokens before it)."""
 
     q_heads: int = Q_HEADS
     kv_heads: int = KV_HEADS
     head_dim: int = HEAD_DIM
+    q_tokens: int = 1
+
+    @property
+    def rows(self) -> int:
+        """Query rows per KV head: group x query tokens."""
+        return self.q_heads // self.kv_heads * self.q_tokens
 
 
 QWEN3_8B = AttnShape()
@@ -109,22 +117,21 @@ def point_launch(batch: int, ctx: int, shape: AttnShape, k_spec: QuantSpec, v_sp
     """The launch (`kernels.decode.default_launch`) a decode call of this point with these specs takes by default on
     GPU 0."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return default_launch(shape.head_dim, k_spec, v_spec, shape.q_heads // shape.kv_heads, batch * shape.kv_heads,
-                          sms, ctx - SINK - RECENT)
+    return default_launch(shape.head_dim, k_spec, v_spec, shape.rows, batch * shape.kv_heads, sms, ctx - SINK - RECENT)
 
 
 def point_grid(batch: int, ctx: int, shape: AttnShape) -> str:
     """The launch family (`kernels.decode.grid_size`) a decode call of this point takes by default: `batch` x KV heads
     units over ctx - SINK - RECENT packed history rows on GPU 0."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT, shape.q_heads // shape.kv_heads)
+    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT, shape.rows)
 
 
 def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:
     """decode_attention's positional arguments around a history's stored parts: q, the BF16 sink + recent segment
     (SINK + RECENT rows), per-sequence lengths of ctx - SINK - RECENT history rows, zero starts."""
     heads, d = shape.kv_heads, shape.head_dim
-    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(batch, shape.q_heads, shape.q_tokens, d, device="cuda", dtype=torch.bfloat16)
     fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     hist_len = torch.full((batch,), ctx - SINK - RECENT, dtype=torch.int32, device="cuda")
     fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
@@ -159,15 +166,17 @@ def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None
 
 def bf16_bytes(batch: int, ctx: int, shape: AttnShape = QWEN3_8B) -> int:
     """Bytes a BF16 decode call must move: K and V of every token, q and out."""
-    return 2 * batch * shape.head_dim * 2 * (shape.kv_heads * ctx + shape.q_heads)
+    return 2 * batch * shape.head_dim * 2 * (shape.kv_heads * ctx + shape.q_heads * shape.q_tokens)
 
 
 def sdpa_call(batch: int, ctx: int, shape: AttnShape = QWEN3_8B):
-    """A zero-argument BF16 SDPA decode call (one query token, GQA) on fresh random inputs."""
-    q = torch.randn(batch, shape.q_heads, 1, shape.head_dim, device="cuda", dtype=torch.bfloat16)
+    """A zero-argument BF16 SDPA decode call (GQA; several query tokens causal as the last rows, lower-right) on fresh
+    random inputs."""
+    q = torch.randn(batch, shape.q_heads, shape.q_tokens, shape.head_dim, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(batch, shape.kv_heads, ctx, shape.head_dim, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
-    return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    mask = causal_lower_right(shape.q_tokens, ctx) if shape.q_tokens > 1 else None
+    return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
 def bench_decode_point(batch: int, ctx: int, copy_tbs: float) -> dict:
