@@ -34,8 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, copy_bandwidth, decode_args,  # noqa: E402
-                           graph_ms, point_grid, point_launch, sdpa_call)
+from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
+                           copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig  # noqa: E402
@@ -120,14 +120,18 @@ def parse_launches(text: str) -> list[dict]:
 
 def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy_tbs: float,
                 launches: list[dict] = ()) -> list[dict]:
-    """Rows of one (shape, batch, ctx): BF16 SDPA first, then each format (at its default launch, then at each
-    of `launches`) with its speedup over it."""
+    """Rows of one (shape, batch, ctx): BF16 SDPA first, BF16 on the harness's decode kernel (every row in its
+    full-precision segment, as `bf16+graph` decodes), then each format (at its default launch, then at each of
+    `launches`) with its speedup over SDPA."""
     base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "q_tokens": shape.q_tokens,
             "batch": batch, "ctx": ctx}
     bf16 = bf16_bytes(batch, ctx, shape)
     sdpa_ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), bf16)
+    kernel_ms = graph_ms(lambda _: bf16_kernel_call(batch, ctx, shape), bf16)
     rows = [{**base, "format": "bf16 (SDPA)", "ms": sdpa_ms, "of_copy": bf16 / sdpa_ms / 1e9 / copy_tbs,
-             "vs_sdpa": 1.0}]
+             "vs_sdpa": 1.0},
+            {**base, "format": "bf16 (kernel)", "ms": kernel_ms, "of_copy": bf16 / kernel_ms / 1e9 / copy_tbs,
+             "vs_sdpa": sdpa_ms / kernel_ms}]
     for fmt, changes in [(fmt, changes) for fmt in formats for changes in ({}, *launches)]:
         label = fmt + (" [" + " ".join(f"{k}={v}" for k, v in changes.items()) + "]" if changes else "")
         try:

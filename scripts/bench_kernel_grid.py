@@ -29,31 +29,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth, decode_call,  # noqa: E402
-                           decode_inputs, graph_ms, int_spec, point_grid, point_launch, sdpa_call)
-from harness.cache import empty_history  # noqa: E402
+from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, bf16_kernel_args, bf16_kernel_call,  # noqa: E402
+                           copy_bandwidth, decode_call, decode_inputs, graph_ms, int_spec, point_grid, point_launch,
+                           sdpa_call)
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
-from kernels.format import QuantSpec  # noqa: E402
 
 KV_HEADS = 8
-
-
-def bf16_kernel_args(batch: int, ctx: int, shape: AttnShape) -> tuple:
-    """Decode arguments of a BF16 cache on the harness kernel: an empty packed history, all `ctx` rows in the
-    fp segment -> (args, spec)."""
-    d, heads = shape.head_dim, shape.kv_heads
-    q = torch.randn(batch, shape.q_heads, 1, d, device="cuda", dtype=torch.bfloat16)
-    fp_k, fp_v = (torch.randn(batch, heads, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    spec = QuantSpec(bits=2, group=d)
-    no_history = empty_history(fp_k, spec)                       # what the cache hands the kernel for the identity
-    hist_len, starts = (torch.zeros(batch, dtype=torch.int32, device="cuda") for _ in range(2))
-    fp_len = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
-    return (q, *no_history * 2, fp_k, fp_v, hist_len, fp_len, starts, starts), spec
-
-
-def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape):
-    args, spec = bf16_kernel_args(batch, ctx, shape)
-    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
 
 
 def check_shape(shape: AttnShape) -> list[str]:

@@ -38,6 +38,7 @@ from kernels.decode import (GRIDS, DecodeConfig, decode_attention, default_confi
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
+from harness.cache import empty_history  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -162,6 +163,24 @@ def decode_call(batch: int, ctx: int, bits: int, cfg: DecodeConfig | None = None
     """A zero-argument INT decode call on fresh random inputs of one (batch, ctx, bits) point."""
     args, spec, _ = decode_inputs(batch, ctx, bits, shape)
     return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
+
+
+def bf16_kernel_args(batch: int, ctx: int, shape: AttnShape) -> tuple:
+    """Decode arguments of a BF16 cache on the harness kernel: an empty packed history, all `ctx` rows in the
+    fp segment -> (args, spec)."""
+    d, heads = shape.head_dim, shape.kv_heads
+    q = torch.randn(batch, shape.q_heads, shape.q_tokens, d, device="cuda", dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    spec = QuantSpec(bits=2, group=d)
+    no_history = empty_history(fp_k, spec)                       # what the cache hands the kernel for the identity
+    hist_len, starts = (torch.zeros(batch, dtype=torch.int32, device="cuda") for _ in range(2))
+    fp_len = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+    return (q, *no_history * 2, fp_k, fp_v, hist_len, fp_len, starts, starts), spec
+
+
+def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape):
+    args, spec = bf16_kernel_args(batch, ctx, shape)
+    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
 
 
 def bf16_bytes(batch: int, ctx: int, shape: AttnShape = QWEN3_8B) -> int:
