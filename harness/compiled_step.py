@@ -13,7 +13,8 @@ it adds no CUDA graph of its own, since DecodeStep captures the whole step), so 
 (the MLP: its GEMMs plus one), the same for BF16 and every quantizer; each attention's q, k and v projections,
 and each gated MLP's gate and up projections, run as one GEMM over their concatenated weights
 (harness.fused_projections), and each stock pre-norm decoder layer's two residual adds run in the epilogues of the
-output and down projections (harness.fused_residuals); a Qwen3-style attention's q and k norms run inside its compiled
+output and down projections (harness.fused_residuals), and on a single row its two RMSNorms inside the q/k/v and
+gate/up GEMVs after them (the same module); a Qwen3-style attention's q and k norms run inside its compiled
 RoPE call (harness.deferred_norms). The attention path (the
 cache's write, the quantizer's rotations, the Triton decode kernels) is never traced: it runs between the compiled
 pieces as it does without them. Leaving the block restores the stock forwards, so a prefill never runs compiled code.
@@ -33,7 +34,7 @@ import torch
 
 from harness.deferred_norms import deferred_norms, normed_rope_for, qk_norm_attentions, rope_taking_norms
 from harness.fused_projections import compiled_forward, fused_projections, gated_mlp
-from harness.fused_residuals import fused_residuals, residual_layers
+from harness.fused_residuals import fused_residuals, norm_folding_layer, residual_layers
 
 COMPILE_MODE = "default"                      # not reduce-overhead: the captured step is already one CUDA graph
 COMPILED_CLASS_SUFFIXES = ("RMSNorm", "MLP")  # Qwen3RMSNorm, LlamaMLP, Gemma3RMSNorm, ...: pure tensor functions
@@ -87,6 +88,7 @@ def compiled_parts(model):
     modules = [m for m in compilable_modules(model) if id(m) not in deferred]
     residual_mlps = {id(m) for m in modules if gated_mlp(m)}              # compiled as fused_gated_mlp_forward
     layers = residual_layers(model)
+    folding = {id(layer) for layer in layers if norm_folding_layer(layer)}  # checked before any forward is swapped
     stock_rope = {space: getattr(space, ROPE_FUNCTION) for space in rope_namespaces(model)}
     for module in modules:
         module.forward = types.MethodType(_compiled(compiled_forward(module)), module)
@@ -96,7 +98,7 @@ def compiled_parts(model):
     try:
         with fused_projections(model) as attentions, deferred_norms(qk_normed, pending):
             fused = [layer for layer in layers if layer.self_attn in attentions]   # o_proj takes the residual
-            with fused_residuals(fused, residual_mlps):
+            with fused_residuals(fused, residual_mlps, folding):
                 yield
     finally:
         for module in modules:

@@ -32,13 +32,14 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from kernels.gemv import gemv_op
+from kernels.gemv import gemv_op, rms_norm
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 FUSED = {PROJECTIONS: "_kvq_fused_qkv", GATE_UP: "_kvq_fused_gate_up"}  # module attribute: (weight, bias or None)
 GEMV_DTYPES = (torch.bfloat16, torch.float16)                             # inputs `single_row_linear` hands the GEMV
 PENDING_RESIDUAL = "_kvq_pending_residual"  # an output projection's instance attribute: add this to its next output
+PENDING_NORM = "_kvq_pending_norm"          # a fused q_proj's instance attribute: (g, eps), RMS-norm its next input
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
 STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
                     f"defforward(self,x):return{_GATED}")                       # whitespace removed
@@ -110,19 +111,28 @@ def gated_mlp(module: torch.nn.Module) -> bool:
             and bare_source(type(module).forward) in STOCK_GATED_MLPS)
 
 
+def single_gemv_row(x: torch.Tensor) -> bool:
+    """x is one row of a 16-bit CUDA tensor: what `single_row_linear` hands the GEMV kernel (with a weight of its
+    dtype)."""
+    return x.is_cuda and x.numel() == x.shape[-1] and x.dtype in GEMV_DTYPES
+
+
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                      residual: torch.Tensor | None = None) -> torch.Tensor:
+                      residual: torch.Tensor | None = None, norm: tuple | None = None) -> torch.Tensor:
     """F.linear (plus `residual`, the decoder layer's stream, when given), run by kernels/gemv.py for a single row
     of a 16-bit CUDA input (a batch-1 decode step's projections, where cuBLAS read the weights at 53-91 % of the copy
     bandwidth and the GEMV kernel at 65-98 %: results/bench/bench_gemv.md); the GEMV adds the residual in its
-    epilogue, before its one rounding (the stock layer rounds the projection, then the sum)."""
+    epilogue, before its one rounding (the stock layer rounds the projection, then the sum). norm = (g, eps): x is
+    first RMS-normed (`kernels.gemv.rms_norm`, inside the GEMV on its path)."""
     n = weight.shape[0]
-    if (x.is_cuda and x.numel() == x.shape[-1] and x.dtype == weight.dtype and x.dtype in GEMV_DTYPES
-            and weight.is_contiguous() and (bias is None or bias.is_contiguous())
-            and (residual is None or (residual.dtype == x.dtype and residual.numel() == n))):
+    if (single_gemv_row(x) and x.dtype == weight.dtype and weight.is_contiguous()
+            and (bias is None or bias.is_contiguous())
+            and (residual is None or (residual.dtype == x.dtype and residual.numel() == n))
+            and (norm is None or (norm[0].dtype == x.dtype and norm[0].is_contiguous()))):
         rows = None if residual is None else residual.reshape(1, n)
-        return gemv_op(x.reshape(1, -1), weight, bias, rows).view(*x.shape[:-1], n)
-    out = F.linear(x, weight, bias)
+        g, eps = norm if norm is not None else (None, 0.0)
+        return gemv_op(x.reshape(1, -1), weight, bias, rows, g, eps).view(*x.shape[:-1], n)
+    out = F.linear(x if norm is None else rms_norm(x, *norm), weight, bias)
     return out if residual is None else residual + out
 
 
@@ -131,13 +141,15 @@ def plain_linear(module) -> bool:
     return type(module) is torch.nn.Linear and "forward" not in vars(module)
 
 
-def fused_gated_mlp_forward(self, x, residual=None):
+def fused_gated_mlp_forward(self, x, residual=None, norm_weight=None, eps=0.0):
     """The gated MLP with gate and up as one GEMM over their fused weight (`fused_parameters(self, GATE_UP)` must
     have run), single rows on the GEMV kernel (`single_row_linear`): x [..., hidden] -> [..., hidden], plus
-    `residual` [..., hidden] when given (harness.fused_residuals: in the down projection's epilogue)."""
+    `residual` [..., hidden] when given (harness.fused_residuals: in the down projection's epilogue); with
+    norm_weight, x is the un-normed stream and the RMSNorm before the MLP runs in the gate/up GEMM."""
     weight, bias = getattr(self, FUSED[GATE_UP])
-    gate, up = single_row_linear(x, weight, bias).split([self.gate_proj.out_features, self.up_proj.out_features],
-                                                        dim=-1)
+    norm = None if norm_weight is None else (norm_weight, eps)
+    gate, up = single_row_linear(x, weight, bias, norm=norm).split([self.gate_proj.out_features,
+                                                                    self.up_proj.out_features], dim=-1)
     hidden = self.act_fn(gate) * up
     if plain_linear(self.down_proj):
         return single_row_linear(hidden, self.down_proj.weight, self.down_proj.bias, residual)
@@ -162,7 +174,8 @@ def _route(module: torch.nn.Module) -> None:
     handed: dict = {}
 
     def fused(x):
-        q, k, v = single_row_linear(x, weight, bias).split(widths, dim=-1)    # [..., N_q], [..., N_k], [..., N_v]
+        norm = vars(q_proj).pop(PENDING_NORM, None)                            # x un-normed (fused_residuals)
+        q, k, v = single_row_linear(x, weight, bias, norm=norm).split(widths, dim=-1)   # [..., N_q / N_k / N_v]
         handed.clear()
         handed.update(input=x, k_proj=k, v_proj=v)
         return q

@@ -2,13 +2,17 @@
 
     y = gemv(x, weight, bias)      # x [M, K], weight [N, K], bias [N] or None (an nn.Linear's) -> y [M, N]
     y = gemv(x, weight, bias, residual)   # + residual [M, N], added in fp32 before the one rounding
+    y = gemv(x, weight, norm=(g, eps))    # rms_norm(x, g, eps) @ W^T: the RMSNorm before the projection folded in
 
 A decode step's weight GEMMs are bound by reading W once. Each program owns BLOCK_N output features and streams their
 rows of W over the whole K in BLOCK_K-wide slices (fp32 products and sums, one rounding at the store), so there is no
 split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. A residual
 (the decoder layer's stream that an output or down projection is added to) is added in the same epilogue, so the add
-costs no launch of its own. The reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the
-kernel sums in another order, so it matches within fp32 rounding, not bit for bit.
+costs no launch of its own. An RMSNorm in front of the projection (`norm`: its weight g [K] and eps) is folded in the
+same way: each program sums x's squares over K before its loop and normalizes each slice as it loads it, rounding
+the normalized row to x's dtype as `rms_norm` (the compiled stock norm) does, so the norm costs no launch either. The
+reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the kernel sums in another order, so it
+matches within fp32 rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -34,14 +38,28 @@ class GemvConfig(NamedTuple):
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_rm, stride_ym,
+def _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of each row rm of x [M, K], in fp32: [BM]."""
+    squares = tl.zeros((rm.shape[0],), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & (rk < K)[None, :],
+                    other=0.0).to(tl.float32)                                                       # [BM, BK]
+        squares += tl.sum(x * x, axis=1)
+    return tl.math.rsqrt(squares / K + eps)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_xm, stride_wn, stride_rm, stride_ym,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 HAS_RESIDUAL: tl.constexpr):
+                 HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr):
     """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias and the residual, in fp32, before
-    the rounding)."""
+    the rounding); with HAS_NORM, of x's rows RMS-normed and scaled by g, rounded to x's dtype, as `rms_norm`."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)                     # [BN]
     rm = tl.arange(0, BLOCK_M)                                                  # [BM]
     n_ok, m_ok = rn < N, rm < M
+    if HAS_NORM:
+        inv_rms = _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K)    # [BM]
     w_rows = w_ptr + rn[:, None].to(tl.int64) * stride_wn                       # [BN, 1]
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     if HAS_BIAS:                                  # bias and residual first: their latency hides behind the K loop
@@ -54,15 +72,26 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_w
         k_ok = rk < K
         w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)           # [BN, BK]
         x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)                                                                      # [BM, BK]
-        acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)        # [BM, BN]
+                    other=0.0).to(tl.float32)                                                       # [BM, BK]
+        if HAS_NORM:
+            g = tl.load(g_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)                           # [BK]
+            x = (g[None, :] * (x * inv_rms[:, None])).to(y_ptr.dtype.element_ty).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)                        # [BM, BN]
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The stock RMSNorm (Llama, Qwen, Mistral) as torch.compile computes it: weight * (x * rsqrt(mean(x^2) + eps))
+    in fp32, rounded once to x's dtype (the eager class rounds x * rsqrt(...) to x's dtype before the product)."""
+    xf = x.float()
+    return (weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
+
+
 def gemv_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                   residual: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 x @ W^T (+ bias) (+ residual), rounded once to x's dtype."""
+                   residual: torch.Tensor | None = None, norm: tuple | None = None) -> torch.Tensor:
+    """fp32 x @ W^T (+ bias) (+ residual), rounded once to x's dtype; x first `rms_norm`ed with norm = (g, eps)."""
+    x = x if norm is None else rms_norm(x, *norm)
     y = x.float() @ weight.float().T
     for term in (bias, residual):
         y = y if term is None else y + term.float()
@@ -70,8 +99,10 @@ def gemv_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         residual: torch.Tensor | None = None, config: GemvConfig | None = None) -> torch.Tensor:
-    """x [M, K] @ weight[N, K]^T (+ bias [N]) (+ residual [M, N]) -> [M, N] in x's dtype, for M <= MAX_ROWS rows."""
+         residual: torch.Tensor | None = None, config: GemvConfig | None = None,
+         norm: tuple | None = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T (+ bias [N]) (+ residual [M, N]) -> [M, N] in x's dtype, for M <= MAX_ROWS rows;
+    norm = (g [K], eps): `rms_norm(x, g, eps)` in place of x."""
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"gemv needs x [M, K] and weight [N, K], got {list(x.shape)} and {list(weight.shape)}.")
     if not 0 < x.shape[0] <= MAX_ROWS:
@@ -86,26 +117,33 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                                  or residual.dtype != x.dtype):
         raise ValueError(f"gemv needs a residual [{x.shape[0]}, {weight.shape[0]}] of x's dtype, contiguous along N, "
                          f"got {residual.dtype} {list(residual.shape)}.")
+    if norm is not None and (norm[0].shape != (x.shape[1],) or norm[0].stride(0) != 1):
+        raise ValueError(f"gemv needs a contiguous norm weight [{x.shape[1]}], got {list(norm[0].shape)}.")
     cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = x.new_empty(m, n)
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
         _gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
-            x, weight, weight if bias is None else bias, y if residual is None else residual, y, m, n, k,
+            x, weight, weight if bias is None else bias, y if residual is None else residual,
+            x if norm is None else norm[0], y, m, n, k, 0.0 if norm is None else float(norm[1]),
             x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, HAS_BIAS=bias is not None,
-            HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
     return y
 
 
 @torch.library.custom_op("kvq::gemv", mutates_args=())
 def gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-            residual: torch.Tensor | None = None) -> torch.Tensor:
-    """`gemv` with the default launch as a torch operator: torch.compile keeps it as one opaque call."""
-    return gemv(x, weight, bias, residual)
+            residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+            eps: float = 0.0) -> torch.Tensor:
+    """`gemv` with the default launch as a torch operator (norm_weight, eps: its `norm`): torch.compile keeps it as
+    one opaque call."""
+    return gemv(x, weight, bias, residual, norm=None if norm_weight is None else (norm_weight, eps))
 
 
 @gemv_op.register_fake
 def _gemv_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+                residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                eps: float = 0.0) -> torch.Tensor:
     return x.new_empty(x.shape[0], weight.shape[0])

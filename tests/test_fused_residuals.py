@@ -6,8 +6,10 @@ import pytest
 import torch
 
 import harness.fused_projections as fp
-from harness.fused_projections import PENDING_RESIDUAL, fused_gated_mlp_forward, fused_parameters, fused_projections
-from harness.fused_residuals import fused_residuals, residual_layer, residual_layers
+import harness.fused_residuals as fr
+from harness.fused_projections import (PENDING_NORM, PENDING_RESIDUAL, fused_gated_mlp_forward, fused_parameters,
+                                       fused_projections)
+from harness.fused_residuals import fused_residuals, norm_folding_layer, residual_layer, residual_layers
 
 
 def test_stock_pre_norm_layers_are_recognised_and_others_are_not(tiny):
@@ -32,7 +34,8 @@ def test_fused_layers_give_the_stock_logits_with_both_adds_in_projections(name, 
     mlps = [layer.mlp for layer in model.model.layers]
     residuals, single_row = [], fp.single_row_linear
     monkeypatch.setattr(fp, "single_row_linear",
-                        lambda x, w, b=None, r=None: residuals.append(r is not None) or single_row(x, w, b, r))
+                        lambda x, w, b=None, r=None, norm=None: residuals.append(r is not None)
+                        or single_row(x, w, b, r, norm))
     for mlp in mlps:
         fused_parameters(mlp, fp.GATE_UP)
         mlp.forward = types.MethodType(fused_gated_mlp_forward, mlp)            # what compiled_parts compiles
@@ -55,3 +58,60 @@ def test_a_layer_whose_output_projection_ignores_the_residual_fails_and_leaves_n
         with pytest.raises(RuntimeError, match="did not add its residual"):
             model(input_ids=ids)
     assert not any(PENDING_RESIDUAL in vars(m) for m in model.modules())
+
+
+def test_stock_layers_fold_their_norms_and_others_do_not(tiny):
+    """Qwen3's and Llama's layers (stock RMSNorms, an attention using its input only in q/k/v, fusable q/k/v, a gated
+    MLP) fold their norms; Gemma 3's (not a residual layer) and a layer whose norm has its own forward do not."""
+    for name in ("qwen3", "llama"):
+        assert all(norm_folding_layer(layer) for layer in tiny(name)[0].model.layers)
+    assert not any(norm_folding_layer(layer) for layer in tiny("gemma3")[0].model.layers)
+    layer = tiny("qwen3")[0].model.layers[0]
+    layer.post_attention_layernorm.forward = lambda x: x
+    assert not norm_folding_layer(layer)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama"])
+def test_folded_norms_give_the_stock_logits_and_no_layer_norm_runs(name, tiny, monkeypatch):
+    """With the norms folded (forced for a single row on the CPU, where the projections norm their input with
+    `kernels.gemv.rms_norm` before F.linear; on CUDA the GEMV kernel does it), a one-token step's logits are the stock
+    ones (fp32), every layer hands its q/k/v and gate/up GEMMs a norm, and none of the layers' RMSNorm modules runs."""
+    model = tiny(name)[0]
+    ids = torch.randint(0, model.config.vocab_size, (1, 1))
+    expected = model(input_ids=ids).logits
+    layers = residual_layers(model)
+    folding = {id(layer) for layer in layers if norm_folding_layer(layer)}    # before any forward is swapped
+    norms, ran, single_row = [], [], fp.single_row_linear
+    monkeypatch.setattr(fp, "single_row_linear", lambda x, w, b=None, r=None, norm=None: norms.append(norm is not None)
+                        or single_row(x, w, b, r, norm))
+    monkeypatch.setattr(fr, "single_gemv_row", lambda x: x.numel() == x.shape[-1])
+    for layer in layers:
+        fused_parameters(layer.mlp, fp.GATE_UP)
+        layer.mlp.forward = types.MethodType(fused_gated_mlp_forward, layer.mlp)
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            norm.register_forward_hook(lambda *args: ran.append(1))
+    with fused_projections(model):
+        with fused_residuals(layers, {id(layer.mlp) for layer in layers}, folding):
+            got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert len(folding) == model.config.num_hidden_layers and norms.count(True) == 2 * len(folding)
+    assert not ran and not any(PENDING_NORM in vars(m) for m in model.modules())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GEMV kernel folds norms on CUDA single rows")
+def test_bf16_gemvs_with_folded_norms_give_the_unfolded_logits_on_cuda(tiny):
+    """Qwen3 in bf16 on CUDA, one token: the folded norms (inside the q/k/v and gate/up GEMV kernels) give the logits
+    of the same fused layers with the norm modules run, within bf16 rounding of the normed rows."""
+    model = tiny("qwen3")[0].to("cuda", torch.bfloat16)
+    ids = torch.randint(0, model.config.vocab_size, (1, 1), device="cuda")
+    layers = residual_layers(model)
+    folding = {id(layer) for layer in layers if norm_folding_layer(layer)}
+    for layer in layers:
+        fused_parameters(layer.mlp, fp.GATE_UP)
+        layer.mlp.forward = types.MethodType(fused_gated_mlp_forward, layer.mlp)
+    logits = []
+    for fold in (set(), folding):
+        with fused_projections(model), fused_residuals(layers, {id(layer.mlp) for layer in layers}, fold):
+            logits.append(model(input_ids=ids).logits.float())
+    assert len(folding) == model.config.num_hidden_layers
+    torch.testing.assert_close(logits[1], logits[0], rtol=2e-2, atol=2e-2)

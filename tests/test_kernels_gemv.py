@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernels.gemv import MAX_ROWS, GemvConfig, gemv, gemv_op, gemv_reference  # noqa: E402
+from kernels.gemv import MAX_ROWS, GemvConfig, gemv, gemv_op, gemv_reference, rms_norm  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="the routing applies to CUDA inputs")
@@ -51,11 +51,29 @@ def test_gemv_adds_a_residual_before_its_one_rounding(rows, bias):
     assert not torch.allclose(got.float(), gemv(x, w, b).float(), rtol=0.1, atol=0.1)   # the residual is there
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_gemv_folds_an_rms_norm_in_front(rows):
+    """norm = (g, eps): the kernel's input is `rms_norm(x, g, eps)`, which is the stock RMSNorm class's result in
+    fp32 (Qwen3's), and the product matches the reference's within fp32 rounding."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+    x, w = _operands(rows, 40, 300, seed=2)
+    x = x * 3
+    g = (torch.randn(300) * 0.3 + 1).to(DEVICE, x.dtype)
+    got, want = gemv(x, w, norm=(g, 1e-6), config=GemvConfig(2, 128, 1, 1)), gemv_reference(x, w, norm=(g, 1e-6))
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+    assert not torch.allclose(got.float(), gemv(x, w).float(), rtol=0.1, atol=0.1)          # the norm is there
+    stock = Qwen3RMSNorm(300, eps=1e-6).to(DEVICE)
+    stock.weight.data = g.float()
+    torch.testing.assert_close(rms_norm(x.float(), g.float(), 1e-6), stock(x.float()), rtol=0, atol=0)
+
+
 def test_gemv_operator_passes_torch_checks():
     """Schema, fake (meta) shapes for torch.compile, and the eager result of `gemv_op`."""
     x, w = _operands(1, 24, 256)
     torch.library.opcheck(gemv_op, (x, w, None), test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(gemv_op, (x, w, None, torch.ones(x.shape[0], w.shape[0], dtype=x.dtype, device=DEVICE)),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(gemv_op, (x, w, None, None, torch.ones(x.shape[1], dtype=x.dtype, device=DEVICE), 1e-6),
                           test_utils=("test_schema", "test_faketensor"))
     torch.testing.assert_close(gemv_op(x, w).float(), gemv_reference(x, w).float(), rtol=2e-3, atol=2e-3)
 
