@@ -97,7 +97,8 @@ def test_gemv_refuses_bad_operands_in_one_sentence(x_shape, w_shape, dtype, mess
 def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
     import harness.fused_projections as fp
     calls = []
-    monkeypatch.setattr(fp, "gemv_op", lambda x, w, b, r=None: calls.append(x.shape) or gemv_op(x, w, b, r))
+    monkeypatch.setattr(fp, "gemv_op", lambda x, w, b, r=None, g=None, eps=0.0: calls.append(x.shape)
+                        or gemv_op(x, w, b, r, g, eps))
     x, w = _operands(1, 96, 512, torch.bfloat16)
     one = fp.single_row_linear(x.view(1, 1, 512), w)                          # a batch-1 decode step's input
     torch.testing.assert_close(one.view(1, 96).float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
@@ -106,6 +107,12 @@ def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
     added = fp.single_row_linear(x.view(1, 1, 512), w, None, residual)        # on the kernel, in its epilogue
     torch.testing.assert_close(added.float(), (F.linear(x, w).float() + residual.float()), rtol=1e-2, atol=1e-2)
     assert len(calls) == 2
+    g = torch.rand(512, device=DEVICE).to(torch.bfloat16) + 0.5
+    normed = fp.single_row_linear(x.view(1, 1, 512), w, norm=(g, 1e-6))         # the norm inside the kernel
+    torch.testing.assert_close(normed.view(1, 96).float(), F.linear(rms_norm(x, g, 1e-6), w).float(), rtol=1e-2,
+                               atol=1e-2)
+    assert len(calls) == 3
     fp.single_row_linear(x.repeat(2, 1), w)                                    # two rows: cuBLAS
     fp.single_row_linear(x.float(), w.float())                                 # fp32: cuBLAS
-    assert len(calls) == 2
+    fp.single_row_linear(x.repeat(2, 1), w, norm=(g, 1e-6))                    # two rows: rms_norm, then cuBLAS
+    assert len(calls) == 3
