@@ -41,6 +41,8 @@ GEMV_DTYPES = (torch.bfloat16, torch.float16)                             # inpu
 PENDING_RESIDUAL = "_kvq_pending_residual"  # an output projection's instance attribute: add this to its next output
 PENDING_NORM = "_kvq_pending_norm"          # a fused q_proj's instance attribute: (g, eps), RMS-norm its next input
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
+SILU_FORWARD = "defforward(self,input:Tensor)->Tensor:returnnn.functional.silu(input)"   # transformers' SiLUActivation
+SILU_GATE = "_kvq_silu_gate"   # a gated MLP's instance attribute (`compiled_forward`): its gate/up GEMV applies SiLU
 STOCK_GATED_MLPS = (f"defforward(self,x):down_proj={_GATED}returndown_proj",     # transformers' gated MLP forwards,
                     f"defforward(self,x):return{_GATED}")                       # whitespace removed
 
@@ -117,6 +119,17 @@ def single_gemv_row(x: torch.Tensor) -> bool:
     return x.is_cuda and x.numel() == x.shape[-1] and x.dtype in GEMV_DTYPES
 
 
+def gemv_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               residual: torch.Tensor | None = None, norm: tuple | None = None) -> bool:
+    """`single_row_linear` runs these operands on the GEMV kernel: a `single_gemv_row` x, contiguous weight, bias
+    and norm weight of its dtype, a residual of one row."""
+    n = weight.shape[0]
+    return (single_gemv_row(x) and x.dtype == weight.dtype and weight.is_contiguous()
+            and (bias is None or bias.is_contiguous())
+            and (residual is None or (residual.dtype == x.dtype and residual.numel() == n))
+            and (norm is None or (norm[0].dtype == x.dtype and norm[0].is_contiguous())))
+
+
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                       residual: torch.Tensor | None = None, norm: tuple | None = None) -> torch.Tensor:
     """F.linear (plus `residual`, the decoder layer's stream, when given), run by kernels/gemv.py for a single row
@@ -125,10 +138,7 @@ def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     epilogue, before its one rounding (the stock layer rounds the projection, then the sum). norm = (g, eps): x is
     first RMS-normed (`kernels.gemv.rms_norm`, inside the GEMV on its path)."""
     n = weight.shape[0]
-    if (single_gemv_row(x) and x.dtype == weight.dtype and weight.is_contiguous()
-            and (bias is None or bias.is_contiguous())
-            and (residual is None or (residual.dtype == x.dtype and residual.numel() == n))
-            and (norm is None or (norm[0].dtype == x.dtype and norm[0].is_contiguous()))):
+    if gemv_takes(x, weight, bias, residual, norm):
         rows = None if residual is None else residual.reshape(1, n)
         g, eps = norm if norm is not None else (None, 0.0)
         return gemv_op(x.reshape(1, -1), weight, bias, rows, g, eps).view(*x.shape[:-1], n)
@@ -141,16 +151,26 @@ def plain_linear(module) -> bool:
     return type(module) is torch.nn.Linear and "forward" not in vars(module)
 
 
+def silu(act: torch.nn.Module) -> bool:
+    """act is torch's SiLU or transformers' SiLU activation (its stock forward, none of its instance)."""
+    return "forward" not in vars(act) and (type(act) is torch.nn.SiLU or bare_source(type(act).forward) == SILU_FORWARD)
+
+
 def fused_gated_mlp_forward(self, x, residual=None, norm_weight=None, eps=0.0):
     """The gated MLP with gate and up as one GEMM over their fused weight (`fused_parameters(self, GATE_UP)` must
     have run), single rows on the GEMV kernel (`single_row_linear`): x [..., hidden] -> [..., hidden], plus
     `residual` [..., hidden] when given (harness.fused_residuals: in the down projection's epilogue); with
-    norm_weight, x is the un-normed stream and the RMSNorm before the MLP runs in the gate/up GEMM."""
+    norm_weight, x is the un-normed stream and the RMSNorm before the MLP runs in the gate/up GEMM. With a SiLU
+    activation (SILU_GATE, set by `compiled_forward`) the gate/up GEMV also applies it (`gemv(..., gated=True)`:
+    silu(gate) * up rounded once, as the compiled MLP does), so the product costs no launch of its own."""
     weight, bias = getattr(self, FUSED[GATE_UP])
     norm = None if norm_weight is None else (norm_weight, eps)
-    gate, up = single_row_linear(x, weight, bias, norm=norm).split([self.gate_proj.out_features,
-                                                                    self.up_proj.out_features], dim=-1)
-    hidden = self.act_fn(gate) * up
+    if getattr(self, SILU_GATE, False) and gemv_takes(x, weight, bias, norm=norm):
+        hidden = gemv_op(x.reshape(1, -1), weight, bias, None, norm_weight, eps, True).view(*x.shape[:-1], -1)
+    else:
+        gate, up = single_row_linear(x, weight, bias, norm=norm).split([self.gate_proj.out_features,
+                                                                        self.up_proj.out_features], dim=-1)
+        hidden = self.act_fn(gate) * up
     if plain_linear(self.down_proj):
         return single_row_linear(hidden, self.down_proj.weight, self.down_proj.bias, residual)
     out = self.down_proj(hidden)
@@ -162,6 +182,7 @@ def compiled_forward(module: torch.nn.Module):
     gated MLP (its fused weight made ready here, outside the compiled code), else the class's forward."""
     if gated_mlp(module):
         fused_parameters(module, GATE_UP)
+        vars(module)[SILU_GATE] = silu(module.act_fn) and module.gate_proj.out_features == module.up_proj.out_features
         return fused_gated_mlp_forward
     return type(module).forward
 

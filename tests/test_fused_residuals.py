@@ -71,6 +71,13 @@ def test_stock_layers_fold_their_norms_and_others_do_not(tiny):
     assert not norm_folding_layer(layer)
 
 
+def test_the_gated_gemv_takes_silu_activations_only(tiny):
+    """Qwen3's and Llama's MLP activations are SiLU (the gate/up GEMV applies them); Gemma 3's GELU is not."""
+    assert all(fp.silu(tiny(name)[0].model.layers[0].mlp.act_fn) for name in ("qwen3", "llama"))
+    assert fp.silu(torch.nn.SiLU())
+    assert not fp.silu(tiny("gemma3")[0].model.layers[0].mlp.act_fn)
+
+
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
 def test_folded_norms_give_the_stock_logits_and_no_layer_norm_runs(name, tiny, monkeypatch):
     """With the norms folded (forced for a single row on the CPU, where the projections norm their input with
@@ -99,19 +106,24 @@ def test_folded_norms_give_the_stock_logits_and_no_layer_norm_runs(name, tiny, m
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GEMV kernel folds norms on CUDA single rows")
-def test_bf16_gemvs_with_folded_norms_give_the_unfolded_logits_on_cuda(tiny):
+def test_bf16_gemvs_with_folded_norms_give_the_unfolded_logits_on_cuda(tiny, monkeypatch):
     """Qwen3 in bf16 on CUDA, one token: the folded norms (inside the q/k/v and gate/up GEMV kernels) give the logits
-    of the same fused layers with the norm modules run, within bf16 rounding of the normed rows."""
+    of the same fused layers with the norm modules run, within bf16 rounding of the normed rows; both runs' gate/up
+    GEMVs apply the SiLU product (gated)."""
     model = tiny("qwen3")[0].to("cuda", torch.bfloat16)
     ids = torch.randint(0, model.config.vocab_size, (1, 1), device="cuda")
     layers = residual_layers(model)
     folding = {id(layer) for layer in layers if norm_folding_layer(layer)}
     for layer in layers:
-        fused_parameters(layer.mlp, fp.GATE_UP)
-        layer.mlp.forward = types.MethodType(fused_gated_mlp_forward, layer.mlp)
-    logits = []
+        layer.mlp.forward = types.MethodType(fp.compiled_forward(layer.mlp), layer.mlp)   # as compiled_parts does
+    logits, calls, gemv_op = [], [], fp.gemv_op
+    monkeypatch.setattr(fp, "gemv_op", lambda *args: calls.append((args[4] is not None, args[6:] == (True,)))
+                        or gemv_op(*args))
     for fold in (set(), folding):
         with fused_projections(model), fused_residuals(layers, {id(layer.mlp) for layer in layers}, fold):
             logits.append(model(input_ids=ids).logits.float())
-    assert len(folding) == model.config.num_hidden_layers
+    layers_n = model.config.num_hidden_layers
+    assert len(folding) == layers_n
     torch.testing.assert_close(logits[1], logits[0], rtol=2e-2, atol=2e-2)
+    assert calls.count((True, False)) == calls.count((True, True)) == layers_n      # q/k/v and gate/up, normed
+    assert calls.count((False, True)) == layers_n                                    # gate/up unfolded, still gated

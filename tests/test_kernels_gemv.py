@@ -67,6 +67,22 @@ def test_gemv_folds_an_rms_norm_in_front(rows):
     torch.testing.assert_close(rms_norm(x.float(), g.float(), 1e-6), stock(x.float()), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("rows,norm", [(1, False), (3, True)])
+def test_gated_gemv_stores_silu_of_gate_times_up(rows, norm):
+    """gated: W = [gate; up], each program streams matching gate and up rows and stores silu(gate) * up [M, N / 2],
+    the reference's (both halves rounded, the product in fp32 rounded once), with or without a folded norm."""
+    x, w = _operands(rows, 2 * 37, 300, seed=3)
+    g = (torch.rand(300) + 0.5).to(DEVICE, x.dtype)
+    kw = dict(norm=(g, 1e-6) if norm else None, gated=True)
+    got, want = gemv(x, w, config=GemvConfig(2, 128, 1, 1), **kw), gemv_reference(x, w, **kw)
+    assert got.shape == (rows, 37)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+    gate, up = gemv_reference(x, w, norm=kw["norm"]).float().chunk(2, dim=-1)
+    torch.testing.assert_close(got.float(), F.silu(gate) * up, rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match=r"^gemv gated needs \[gate; up\] weights of an even row count"):
+        gemv(x, w[:-1], gated=True)
+
+
 def test_gemv_operator_passes_torch_checks():
     """Schema, fake (meta) shapes for torch.compile, and the eager result of `gemv_op`."""
     x, w = _operands(1, 24, 256)
@@ -75,6 +91,7 @@ def test_gemv_operator_passes_torch_checks():
                           test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(gemv_op, (x, w, None, None, torch.ones(x.shape[1], dtype=x.dtype, device=DEVICE), 1e-6),
                           test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(gemv_op, (x, w, None, None, None, 0.0, True), test_utils=("test_schema", "test_faketensor"))
     torch.testing.assert_close(gemv_op(x, w).float(), gemv_reference(x, w).float(), rtol=2e-3, atol=2e-3)
 
 
