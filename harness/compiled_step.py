@@ -36,7 +36,8 @@ from harness.deferred_norms import deferred_norms, normed_rope_for, qk_norm_atte
 from harness.fused_projections import compiled_forward, fused_projections, gated_mlp
 from harness.fused_residuals import fused_residuals, norm_folding_layer, residual_layers
 
-COMPILE_MODE = "default"                      # not reduce-overhead: the captured step is already one CUDA graph
+COMPILE_OPTIONS = {"combo_kernels": True}     # inductor's default mode (not reduce-overhead: the captured step is
+                                              # already one CUDA graph), independent kernels of a call in one launch
 COMPILED_CLASS_SUFFIXES = ("RMSNorm", "MLP")  # Qwen3RMSNorm, LlamaMLP, Gemma3RMSNorm, ...: pure tensor functions
 ROPE_FUNCTION = "apply_rotary_pos_emb"        # a global of each modeling module, looked up at every call
 CPP_COMPILERS = ("g++", "c++", "clang++")     # inductor's CPU backend builds C++ kernels
@@ -45,7 +46,7 @@ CPP_COMPILERS = ("g++", "c++", "clang++")     # inductor's CPU backend builds C+
 @functools.cache
 def _compiled(fn):
     """fn compiled once (one graph, no graph break allowed): the same callable for every module of its class."""
-    return torch.compile(fn, mode=COMPILE_MODE, fullgraph=True)
+    return torch.compile(fn, options=COMPILE_OPTIONS, fullgraph=True)
 
 
 def compilable_modules(model) -> list[torch.nn.Module]:
