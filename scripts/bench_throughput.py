@@ -17,7 +17,9 @@ its StaticCache; `bf16+graph` is BF16 on the harness's own engine (the identity 
 cache's full-precision buffer, the same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the
 ratio against it compares caches, not engines); a further `+compile` runs that engine's step with the model's RMSNorms,
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
-per row: ms/step, tokens/s, peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
+per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (rounded up to whole
+demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean (what
+the same-budget ratios compare), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
@@ -201,8 +203,9 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
     return make_step
 
 
-def time_steps(make_step, steps: int, device) -> float:
-    """Median ms of one decode step, after two untimed ones (compilation, graph capture)."""
+def time_steps(make_step, steps: int, device) -> tuple[float, float]:
+    """(median, mean) ms of `steps` decode steps, after two untimed ones (compilation, graph capture). The median is
+    the steady step; the mean, over a whole number of demotion pages (`whole_pages`), what a generated token costs."""
     times = []
     with torch.inference_mode():
         for _ in range(steps + 2):
@@ -212,7 +215,15 @@ def time_steps(make_step, steps: int, device) -> float:
             step()
             synchronize_all()
             times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times[2:])[len(times[2:]) // 2]
+    timed = sorted(times[2:])
+    return timed[len(timed) // 2], sum(timed) / len(timed)
+
+
+def whole_pages(steps: int, quantizer) -> int:
+    """steps rounded up to whole demotion pages of the quantizer's cache (one step in page_tokens demotes a page of
+    recent rows into the packed history), so that a mean over the timed steps includes its share of demotions."""
+    page = getattr(quantizer, "page_tokens", 1)
+    return -(-steps // page) * page
 
 
 def profiled(make_step) -> dict:
@@ -255,21 +266,23 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
             StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
         fill_dynamic(cache, model, batch, ctx, dtype)
         make_step = eager_step(model, cache, batch, device)
-        ms = time_steps(make_step, steps, device)
+        ms, mean_ms = time_steps(make_step, steps, device)
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
+        steps = whole_pages(steps, quantizer)
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype)
             make_step = static_step(model, cache, batch, steps, device, graph=graph and device == "cuda",
                                     compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
-            ms = time_steps(make_step, steps, device)
+            ms, mean_ms = time_steps(make_step, steps, device)
             split = profiled(make_step) if profile else {}
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
-           "tokens_per_s": round(batch * 1e3 / ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
+           "ms_per_step_mean": round(mean_ms, 3), "timed_steps": steps,
+           "tokens_per_s": round(batch * 1e3 / mean_ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
            "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
            "peak_gb": round(sum(peaks.values()), 2) if device == "cuda" else None,
            **({"peak_gb_by_device": peaks} if len(peaks) > 1 else {}), **split}
