@@ -190,9 +190,10 @@ def eager_step(model, cache, batch: int, device):
 
 
 def static_step(model, cache, batch: int, steps: int, device, graph: bool, compile_step: bool = False):
-    """make_step() for a frozen cache (harness.static_cache): one DecodeStep call, a CUDA-graph replay if `graph`,
-    with the model's RMSNorms, MLPs and RoPE compiled if `compile_step`."""
-    state = freeze(cache, steps + 2 + STATIC_SLACK)
+    """make_step() for a frozen cache (harness.static_cache) sized for `steps` calls (warm-up included) and the
+    profiler's: one DecodeStep call, a CUDA-graph replay if `graph`, with the model's RMSNorms, MLPs and RoPE compiled
+    if `compile_step`."""
+    state = freeze(cache, steps + STATIC_SLACK)
     decoder = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
 
@@ -203,27 +204,29 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
     return make_step
 
 
-def time_steps(make_step, steps: int, device) -> tuple[float, float]:
-    """(median, mean) ms of `steps` decode steps, after two untimed ones (compilation, graph capture). The median is
-    the steady step; the mean, over a whole number of demotion pages (`whole_pages`), what a generated token costs."""
+def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, float]:
+    """(median, mean) ms of `steps` decode steps, after `warmup` untimed ones (compilation, graph capture; with a
+    demotion among them, its kernels' compilation too). The median is the steady step; the mean, over a whole number
+    of demotion pages (`whole_pages`), what a generated token costs."""
     times = []
     with torch.inference_mode():
-        for _ in range(steps + 2):
+        for _ in range(steps + warmup):
             step = make_step()
             synchronize_all()
             t0 = time.perf_counter()
             step()
             synchronize_all()
             times.append((time.perf_counter() - t0) * 1e3)
-    timed = sorted(times[2:])
+    timed = sorted(times[warmup:])
     return timed[len(timed) // 2], sum(timed) / len(timed)
 
 
-def whole_pages(steps: int, quantizer) -> int:
-    """steps rounded up to whole demotion pages of the quantizer's cache (one step in page_tokens demotes a page of
-    recent rows into the packed history), so that a mean over the timed steps includes its share of demotions."""
+def whole_pages(steps: int, quantizer) -> tuple[int, int]:
+    """(timed, warm-up) steps of a quantizer's cache: steps rounded up to whole demotion pages (one step in
+    page_tokens demotes a page of recent rows into the packed history), so that a mean over them includes its share of
+    demotions, after page_tokens + 1 untimed steps, which demote once."""
     page = getattr(quantizer, "page_tokens", 1)
-    return -(-steps // page) * page
+    return -(-steps // page) * page, max(2, page + 1)
 
 
 def profiled(make_step) -> dict:
@@ -270,13 +273,13 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
-        steps = whole_pages(steps, quantizer)
+        steps, warmup = whole_pages(steps, quantizer)
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype)
-            make_step = static_step(model, cache, batch, steps, device, graph=graph and device == "cuda",
+            make_step = static_step(model, cache, batch, steps + warmup, device, graph=graph and device == "cuda",
                                     compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
-            ms, mean_ms = time_steps(make_step, steps, device)
+            ms, mean_ms = time_steps(make_step, steps, device, warmup)
             split = profiled(make_step) if profile else {}
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
