@@ -55,8 +55,15 @@ class PackedHistory:
         if not self.lengths:
             self.lengths = [0] * batch
         if self.use_kernels:
+            views = self._write_views(rows, counts)
             with on_device(rows.device):                 # the layer's GPU (models split over several)
-                packed = self.quantizer.kernel_ops().quantize_pack(rows, self.spec)   # the format's write kernel
+                ops = self.quantizer.kernel_ops()
+                if views is not None:                    # the write kernel stores into the buffers: no copies
+                    ops.quantize_pack(rows, self.spec, out=tuple(views.values()))
+                    self.lengths = [held + n for held, n in zip(self.lengths, counts)]
+                    self._mark_used(views, tokens)
+                    return
+                packed = ops.quantize_pack(rows, self.spec)   # the format's write kernel
             parts = dict(zip(("codes", "scale", "zero"), packed))
         else:
             qt = self.quantizer.quantize(rows.float(), self.spec)
@@ -65,8 +72,29 @@ class PackedHistory:
         for key, part in parts.items():
             self._write(key, part, tokens, counts)
         self.lengths = [held + n for held, n in zip(self.lengths, counts)]
+        self._mark_used(parts, tokens)
+
+    def _mark_used(self, parts: dict, tokens: int) -> None:
         for key, part in parts.items():
             self.used[key] = self.length * part.shape[-2] // tokens
+
+    def _write_views(self, rows: torch.Tensor, counts: list[int]) -> dict[str, torch.Tensor] | None:
+        """Each packed buffer's rows where `rows` [B, H_kv, n, D] go, when every batch row appends all n at one
+        held length, the buffers already hold them and the format's write kernel takes `out` (a frozen cache's page
+        demotion); else None (`_write` copies the kernel's output in)."""
+        ops, tokens = self.quantizer.kernel_ops(), rows.shape[-2]
+        if (not getattr(ops, "writes_into", False) or not self.buffers or set(counts) != {tokens}
+                or len(set(self.lengths)) != 1):
+            return None
+        views = {}
+        for key, (shape, dtype) in ops.part_shapes(list(rows.shape), self.spec).items():
+            buf, p = self.buffers.get(key), shape[-2]
+            offset = self.lengths[0] * p // tokens
+            if buf is None or buf.dtype != dtype or list(buf.shape[:-2]) != list(shape[:-2]) \
+                    or buf.shape[-1] != shape[-1] or offset + p > buf.shape[-2]:
+                return None
+            views[key] = buf[..., offset:offset + p, :]
+        return views
 
     def _check_alignment(self, counts: list[int]) -> None:
         if getattr(self.spec, "axis", "token") == "channel" and any(n % self.spec.group for n in counts):

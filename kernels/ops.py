@@ -19,8 +19,10 @@ class AffineKernels:
     """kernels/quant.py's write path and kernels/decode's attention (looked up at call time, so that a
     benchmark can wrap them: scripts/dev/count_step_ops.py)."""
 
-    def quantize_pack(self, rows: torch.Tensor, spec):
-        return kernels.quant.quantize_pack(rows, spec)
+    writes_into = True        # quantize_pack takes `out`: the parts stored straight into caller-owned views
+
+    def quantize_pack(self, rows: torch.Tensor, spec, out=None):
+        return kernels.quant.quantize_pack(rows, spec, out=out)
 
     def part_shapes(self, shape, spec) -> dict[str, tuple[list[int], torch.dtype]]:
         codes, meta = kernels.quant.packed_shapes(shape, spec)

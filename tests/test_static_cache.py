@@ -413,3 +413,33 @@ def test_static_decode_on_refuses_reference_caches(tiny, tmp_path, monkeypatch):
         assert generate_outputs(model, tok, examples, seam.new_cache, static_decode="auto")   # falls back to generate
     with pytest.raises(ValueError, match="static_decode must be"):
         generate_outputs(model, tok, examples, None, static_decode="fast")
+
+
+@pytest.mark.parametrize("name", ["naive_int2", "kivi2"])
+def test_appends_with_room_store_the_kernel_parts_in_place_like_the_copying_path(name, monkeypatch):
+    """PackedHistory.append at one held length into buffers that hold the rows (a frozen cache's demotion) has the
+    write kernel store its parts straight into them; the bytes equal those of the copying path, and a ragged append
+    still copies."""
+    from harness.packed_history import PackedHistory
+    from harness.quantizer import build_quantizer
+    quantizer = build_quantizer(name)
+    quantizer._resolve(64)
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(2, 2, 32, 64, generator=gen).to(DEVICE) for _ in range(3)]   # [B, H_kv, n, D]
+    histories = []
+    for direct in (True, False):
+        history = PackedHistory(quantizer, quantizer.key_spec, use_kernels=True)
+        history.allocate(rows[0], 128)
+        if not direct:
+            monkeypatch.setattr(history, "_write_views", lambda *args: None)
+        ops, calls = quantizer.kernel_ops(), []
+        monkeypatch.setattr(ops, "quantize_pack", lambda r, spec, out=None, real=ops.quantize_pack:
+                            calls.append(out is not None) or real(r, spec, out=out))
+        for chunk in rows:
+            history.append(chunk)
+        monkeypatch.undo()
+        assert calls == [direct] * 3 and history.lengths == [96, 96]
+        histories.append(history)
+    for key in ("codes", "scale", "zero"):
+        assert torch.equal(histories[0].view(key), histories[1].view(key))
+    assert histories[0]._write_views(rows[0], [32, 0]) is None                  # ragged: the copying path
