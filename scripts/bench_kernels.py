@@ -73,13 +73,13 @@ def bench_ms(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def graph_ms(make_call, bytes_per_call: int) -> float:
-    """Median ms per call, timed as CUDA-graph replays over enough independent input sets to exceed L2.
+def graph_ms(make_call, bytes_per_call: int, copies: int | None = None) -> float:
+    """Median ms per call, timed as CUDA-graph replays over enough independent input sets to exceed L2 (or `copies`).
 
     make_call(i) builds the i-th input set and returns a zero-argument call on it. The graph removes
     the Python launch overhead, the input rotation keeps each call reading from HBM.
     """
-    copies = max(1, -(-ROTATE_BYTES // bytes_per_call))
+    copies = copies or max(1, -(-ROTATE_BYTES // bytes_per_call))
     calls = [make_call(i) for i in range(copies)]
     for call in calls:  # compile and warm up outside the capture
         call()

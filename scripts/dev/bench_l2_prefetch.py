@@ -21,7 +21,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import AttnShape, bench_ms, copy_bandwidth, decode_inputs  # noqa: E402
+from bench_kernels import AttnShape, copy_bandwidth, decode_inputs, graph_ms  # noqa: E402
 from kernels.decode import decode_attention  # noqa: E402
 from kernels.gemv import gemv  # noqa: E402
 
@@ -83,21 +83,6 @@ def pair_call(i: int, ctx: int, mode: str | None, programs: int, parts: str = "b
     return call
 
 
-def graph_us(make, copies: int) -> float:
-    calls = [make(i) for i in range(copies)]
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    us = bench_ms(graph.replay) / copies * 1e3
-    del graph, calls
-    torch.cuda.empty_cache()
-    return us
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ctx", type=int, default=102400)
@@ -110,7 +95,7 @@ def main() -> None:
     rows += [("both", mode, int(p)) for mode in ("load", "prefetch") for p in args.programs.split(",")]
     for _ in range(2):
         for parts, mode, programs in rows:
-            us = graph_us(lambda i: pair_call(i, args.ctx, mode, programs, parts), args.copies)
+            us = graph_ms(lambda i: pair_call(i, args.ctx, mode, programs, parts), 1, args.copies) * 1e3
             print(f"| {parts} | {mode or '-'} | {programs or '-'} | {us:.1f} |", flush=True)
 
 
