@@ -30,8 +30,8 @@ from contextlib import contextmanager
 
 import torch
 
-from harness.fused_projections import (GATE_UP, PENDING_NORM, PENDING_RESIDUAL, PROJECTIONS, bare_source, fusable,
-                                       gated_mlp, plain_linear, single_gemv_row)
+from harness.fused_projections import (PENDING_NORM, PENDING_RESIDUAL, PROJECTIONS, bare_source, fusable, gated_mlp,
+                                       plain_linear, single_gemv_row)
 
 STOCK_LAYER_BODY = (  # transformers' pre-norm decoder layer forward (Llama, Qwen2, Qwen3, Mistral), whitespace removed
     "residual=hidden_stateshidden_states=self.input_layernorm(hidden_states)hidden_states,_=self.self_attn("
@@ -104,9 +104,9 @@ def residual_layer_forward(self, hidden_states, attention_mask=None, position_id
                                           attention_mask=attention_mask, position_ids=position_ids,
                                           past_key_values=past_key_values, use_cache=use_cache,
                                           position_embeddings=position_embeddings, **kwargs)
-    finally:
+    finally:                                                             # never left behind for another call
         untaken = [vars(m).pop(name, None) for m, name in ((o_proj, PENDING_RESIDUAL), (q_proj, PENDING_NORM))]
-    if any(t is not None for t in untaken):                              # never left behind for another call
+    if any(t is not None for t in untaken):
         raise RuntimeError("a fused decoder layer's output projection did not add its residual (or q_proj did not "
                            "take its norm); run the layer inside harness.fused_projections.fused_projections.")
     if fold:

@@ -158,8 +158,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 def gemv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
             residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
             eps: float = 0.0, gated: bool = False) -> torch.Tensor:
-    """`gemv` with the default launch as a torch operator (norm_weight, eps: its `norm`): torch.compile keeps it as
-    one opaque call."""
+    """`gemv` with the default launch as a torch operator (norm_weight, eps: its `norm`; gated as there):
+    torch.compile keeps it as one opaque call."""
     return gemv(x, weight, bias, residual, norm=None if norm_weight is None else (norm_weight, eps), gated=gated)
 
 
