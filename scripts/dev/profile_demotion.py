@@ -1,6 +1,6 @@
 """Where a frozen cache's page demotion spends its time (GPU): host time and CUDA time of `StaticState.before_step`.
 
-    python scripts/dev/profile_demotion.py --ctx 102400 --batch 1           # Qwen3-4B shapes, OSCAR (rotation_dtype=model)
+    python scripts/dev/profile_demotion.py --ctx 102400 --batch 1     # Qwen3-4B shapes, OSCAR (rotation_dtype=model)
 
 Builds the random model and a filled three-region cache as scripts/bench_throughput.py does, freezes it, runs decode
 steps until the next one demotes, then times that step's `before_step` (wall, synchronized) and prints cProfile's
