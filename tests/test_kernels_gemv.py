@@ -133,3 +133,22 @@ def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
     fp.single_row_linear(x.float(), w.float())                                 # fp32: cuBLAS
     fp.single_row_linear(x.repeat(2, 1), w, norm=(g, 1e-6))                    # two rows: rms_norm, then cuBLAS
     assert len(calls) == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks inductor's CPU code; the GPU test of the fold is in "
+                    "tests/test_fused_residuals.py")
+def test_rms_norm_is_what_the_compiled_stock_norm_computes():
+    """`rms_norm` rounds once, after the weight's product, as torch.compile's code of the stock RMSNorm does (the
+    eager class rounds x * rsqrt(...) to bf16 first and differs in about a quarter of the elements)."""
+    from harness.compiled_step import cpu_compiler_refusal
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+    if cpu_compiler_refusal():
+        pytest.skip(cpu_compiler_refusal())
+    gen = torch.Generator().manual_seed(0)
+    norm = Qwen3RMSNorm(256, eps=1e-6)
+    norm.weight.data = torch.randn(256, generator=gen) * 0.3 + 1
+    norm = norm.bfloat16()
+    x = (torch.randn(4, 256, generator=gen) * 3).bfloat16()
+    compiled = torch.compile(type(norm).forward)(norm, x)
+    assert torch.equal(compiled, rms_norm(x, norm.weight, 1e-6))
+    assert not torch.equal(norm(x), compiled)
