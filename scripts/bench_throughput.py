@@ -18,10 +18,8 @@ cache's full-precision buffer, the same Triton decode kernel and CUDA graph as t
 ratio against it compares caches, not engines); a further `+compile` runs that engine's step with the model's RMSNorms,
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
 per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (rounded up to whole
-demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), the mean of as many steps
-launched back to back (`ms_per_step_queued`: the host runs ahead of the GPU as in generation, which syncs every 8
-steps), tokens/s from that (what the same-budget ratios compare), peak GPU memory, KV bytes per token measured from
-allocated memory, the physical floor
+demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean (what
+the same-budget ratios compare), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
@@ -142,9 +140,9 @@ def fill_dynamic(cache, model, batch: int, ctx: int, dtype) -> None:
         cache.update(k, v, idx)
 
 
-def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 8192, room: int = 64) -> None:
+def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 8192) -> None:
     """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks), on each
-    layer's GPU; the histories sized for `room` more rows (the decode steps' demotions)."""
+    layer's GPU."""
     cfg = model.config
     for idx, layer in enumerate(cache.layers):
         q, device = layer.quantizer, layer_device(model, idx)
@@ -155,8 +153,8 @@ def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 81
         layer.pad, layer.n_tokens = [0] * batch, ctx
         if layer.history_k is None:
             continue
-        layer.history_k.reserve(ctx - fp_rows + room)
-        layer.history_v.reserve(ctx - fp_rows + room)
+        layer.history_k.reserve(ctx - fp_rows + 64)     # room for the timed steps' demotions
+        layer.history_v.reserve(ctx - fp_rows + 64)
         for start in range(0, ctx - fp_rows, chunk):
             n = min(chunk, ctx - fp_rows - start)
             hk, hv = _rows(cfg, batch, n, device, dtype, 1000 + idx * 97 + start)
@@ -206,13 +204,10 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
     return make_step
 
 
-def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, float, float]:
-    """(median, mean, queued mean) ms of a decode step, after `warmup` untimed steps (compilation, graph capture;
-    with a demotion among them, its kernels' compilation too). `steps` steps timed one by one, each synchronized: the
-    median is the steady step, the mean over whole demotion pages (`whole_pages`) a token's cost when the host waits
-    for every step; then `steps` more launched back to back with one sync at the end, as generation runs
-    (harness.static_cache.static_generate syncs every 8 steps), so host work such as a demotion overlaps the queued
-    GPU work: their mean is what a generated token costs there."""
+def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, float]:
+    """(median, mean) ms of `steps` decode steps, after `warmup` untimed ones (compilation, graph capture; with a
+    demotion among them, its kernels' compilation too). The median is the steady step; the mean, over a whole number
+    of demotion pages (`whole_pages`), what a generated token costs."""
     times = []
     with torch.inference_mode():
         for _ in range(steps + warmup):
@@ -222,13 +217,8 @@ def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, f
             step()
             synchronize_all()
             times.append((time.perf_counter() - t0) * 1e3)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            make_step()()
-        synchronize_all()
-        queued = (time.perf_counter() - t0) * 1e3 / steps
     timed = sorted(times[warmup:])
-    return timed[len(timed) // 2], sum(timed) / len(timed), queued
+    return timed[len(timed) // 2], sum(timed) / len(timed)
 
 
 def whole_pages(steps: int, quantizer) -> tuple[int, int]:
@@ -276,26 +266,26 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     before = gpu_allocated()
     if quantizer_name in BF16_CACHES:
         cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
-            StaticCache(config=cfg, max_cache_len=ctx + 2 * steps + STATIC_SLACK)
+            StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
         fill_dynamic(cache, model, batch, ctx, dtype)
         make_step = eager_step(model, cache, batch, device)
-        ms, mean_ms, queued_ms = time_steps(make_step, steps, device)
+        ms, mean_ms = time_steps(make_step, steps, device)
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
         steps, warmup = whole_pages(steps, quantizer)
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
-            fill_three_region(cache, model, batch, ctx, dtype, room=2 * steps + warmup + STATIC_SLACK)
-            make_step = static_step(model, cache, batch, 2 * steps + warmup, device, graph=graph and device == "cuda",
+            fill_three_region(cache, model, batch, ctx, dtype)
+            make_step = static_step(model, cache, batch, steps + warmup, device, graph=graph and device == "cuda",
                                     compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
-            ms, mean_ms, queued_ms = time_steps(make_step, steps, device, warmup)
+            ms, mean_ms = time_steps(make_step, steps, device, warmup)
             split = profiled(make_step) if profile else {}
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
-           "ms_per_step_mean": round(mean_ms, 3), "ms_per_step_queued": round(queued_ms, 3), "timed_steps": steps,
-           "tokens_per_s": round(batch * 1e3 / queued_ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
+           "ms_per_step_mean": round(mean_ms, 3), "timed_steps": steps,
+           "tokens_per_s": round(batch * 1e3 / mean_ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
            "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
            "peak_gb": round(sum(peaks.values()), 2) if device == "cuda" else None,
            **({"peak_gb_by_device": peaks} if len(peaks) > 1 else {}), **split}
