@@ -17,9 +17,9 @@ its StaticCache; `bf16+graph` is BF16 on the harness's own engine (the identity 
 cache's full-precision buffer, the same Triton decode kernel and CUDA graph as the quantizers' `+graph` rows, so the
 ratio against it compares caches, not engines); a further `+compile` runs that engine's step with the model's RMSNorms,
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
-per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (rounded up to whole
-demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean (what
-the same-budget ratios compare), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
+per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (on the GPU rounded up
+to whole demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean
+(what the same-budget ratios compare), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
@@ -222,9 +222,10 @@ def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, f
 
 
 def whole_pages(steps: int, quantizer) -> tuple[int, int]:
-    """(timed, warm-up) steps of a quantizer's cache: steps rounded up to whole demotion pages (one step in
+    """(timed, warm-up) steps of a quantizer's cache on the GPU: steps rounded up to whole demotion pages (one step in
     page_tokens demotes a page of recent rows into the packed history), so that a mean over them includes its share of
-    demotions, after page_tokens + 1 untimed steps, which demote once."""
+    demotions, after page_tokens + 1 untimed steps, which demote once. (CPU runs, smoke tests of the logic, keep
+    `steps` after two.)"""
     page = getattr(quantizer, "page_tokens", 1)
     return -(-steps // page) * page, max(2, page + 1)
 
@@ -273,7 +274,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
-        steps, warmup = whole_pages(steps, quantizer)
+        steps, warmup = whole_pages(steps, quantizer) if device == "cuda" else (steps, 2)   # CPU: a smoke run
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype)
