@@ -207,7 +207,8 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
 def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, float]:
     """(median, mean) ms of `steps` decode steps, after `warmup` untimed ones (compilation, graph capture; with a
     demotion among them, its kernels' compilation too). The median is the steady step; the mean, over a whole number
-    of demotion pages (`whole_pages`), what a generated token costs."""
+    of demotion pages (`whole_pages`), what a generated token costs when every step waits for the one before (each
+    is synchronized: generation, which syncs every 8 steps, can hide part of a demotion's host time)."""
     times = []
     with torch.inference_mode():
         for _ in range(steps + warmup):
