@@ -371,17 +371,22 @@ def set_lengths(dst: torch.Tensor, values: list[int]) -> None:
     dst.copy_(src.pin_memory() if dst.is_cuda else src, non_blocking=dst.is_cuda)
 
 
-def demote_rows(layer: ThreeRegionLayer, counts: list[int]) -> int:
+def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
     """Quantize counts[b] rows after sequence b's sink into its history and move its sink up behind them.
 
     Works in place on the layer's fp rows [B, H_kv, F, D] (F = layer.fp_rows); returns how many leading
-    rows no sequence uses any more (the caller drops or shifts them out).
+    rows no sequence uses any more (the caller drops or shifts them out). write(history, rows) stores the rows
+    [B, H_kv, max(counts), D] in a history (default: `history.append(rows, counts)`).
     """
     sink, _, recent = layer.regions()
     n_fp, width = layer.fp_rows, max(counts)
     first = [n_fp - r for r in recent]                                        # each sequence's oldest recent row
     for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
-        history.append(_rows_from(rows, first, width), counts)               # [B, H_kv, width, D]
+        rows_out = _rows_from(rows, first, width)                             # [B, H_kv, width, D]
+        if write is None:
+            history.append(rows_out, counts)
+        else:
+            write(history, rows_out)
         _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
     return min(f - s + c for f, s, c in zip(first, sink, counts))
 

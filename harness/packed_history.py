@@ -60,8 +60,7 @@ class PackedHistory:
                 ops = self.quantizer.kernel_ops()
                 if views is not None:                    # the write kernel stores into the buffers: no copies
                     ops.quantize_pack(rows, self.spec, out=tuple(views.values()))
-                    self.lengths = [held + n for held, n in zip(self.lengths, counts)]
-                    self._mark_used(views, tokens)
+                    self.count_appended(counts)
                     return
                 packed = ops.quantize_pack(rows, self.spec)   # the format's write kernel
             parts = dict(zip(("codes", "scale", "zero"), packed))
@@ -77,6 +76,29 @@ class PackedHistory:
     def _mark_used(self, parts: dict, tokens: int) -> None:
         for key, part in parts.items():
             self.used[key] = self.length * part.shape[-2] // tokens
+
+    def write_at(self, rows: torch.Tensor, lengths: torch.Tensor) -> None:
+        """The device half of appending all n of `rows` [B, H_kv, n, D] to every batch row b after lengths[b] tokens
+        (int32 [B] on the device, never read by the host, so a CUDA graph can capture the write and replay it at
+        later offsets: harness/demotion_graph.py). Needs the packed buffers to hold the rows (a frozen cache's);
+        the host half is `count_appended`."""
+        tokens = rows.shape[-2]
+        with on_device(rows.device):
+            packed = self.quantizer.kernel_ops().quantize_pack(rows, self.spec)
+        for key, part in zip(("codes", "scale", "zero"), packed):                 # part [B, H_kv, p, *]
+            p = part.shape[-2]
+            first = lengths.long() * p // tokens                                   # [B]: each row's first row
+            index = first[:, None] + torch.arange(p, device=part.device)            # [B, p]
+            self.buffers[key].scatter_(-2, index[:, None, :, None].expand_as(part), part)
+
+    def count_appended(self, counts: list[int]) -> None:
+        """The host half of an append on the kernel path: batch row b holds counts[b] more tokens (`used` follows
+        the format's rows per token)."""
+        self.lengths = [held + n for held, n in zip(self.lengths, counts)]
+        tokens = max(counts)
+        for key, (shape, _) in self.quantizer.kernel_ops().part_shapes([1, 1, tokens, self.head_dim],
+                                                                       self.spec).items():
+            self.used[key] = self.length * shape[-2] // tokens
 
     def _write_views(self, rows: torch.Tensor, counts: list[int]) -> dict[str, torch.Tensor] | None:
         """Each packed buffer's rows where `rows` [B, H_kv, n, D] go, when every batch row appends all n at one

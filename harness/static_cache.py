@@ -13,8 +13,9 @@ lengths the decode kernel reads in device tensors shared by all layers. A decode
 and reads no host state, so CUDA captures it once and replays it: the host cost of a step (about
 2,700 kernel launches for Qwen3-4B, results/bench/bench_throughput_profile.md) becomes one graph launch.
 Between replays, when a sequence's recent window has grown by a page, its oldest page is demoted into
-its history eagerly and in place, by the rule of the dynamic cache (`ThreeRegionLayer._demote`, per
-sequence), so a frozen cache holds exactly the rows the dynamic one would.
+its history in place, by the rule of the dynamic cache (`ThreeRegionLayer._demote`, per sequence), so a frozen
+cache holds exactly the rows the dynamic one would: eagerly, or with a CUDA-graph step as a demotion graph of its
+own (harness/demotion_graph.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import torch
 
 from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
 from harness.compiled_step import compile_step_refusal, compiled_parts
+from harness.demotion_graph import DemotionGraphs, demotion_graph_refusal
 from harness.placement import on_device
 from harness.segmented_graph import SegmentedGraph
 from kernels.step_rows import write_step_rows, write_step_rows_reference
@@ -58,6 +60,7 @@ class StaticState:
         self.n_fp = n_fp                                                             # fp rows in use (the buffers hold more)
         self.steps_left = max_new_tokens
         self.batch = first.keys.shape[0]
+        self.demotions = None                  # a DemotionGraphs once a CUDA-graph decode step set it
         devices = dict.fromkeys(layer.keys.device for layer in layers)               # first-use order
         self.mirrors = {str(device): self._device_lengths(device) for device in devices}
         self.hist_len, self.fp_len, self.hist_start, self.fp_start, self.write_pos = \
@@ -117,18 +120,32 @@ class StaticState:
         return max(self.demotion_counts()) > 0
 
     def before_step(self) -> None:
-        """Refuse a step beyond the frozen capacity; demote whole pages beyond each recent window (eager)."""
+        """Refuse a step beyond the frozen capacity; demote whole pages beyond each recent window (a replayed CUDA
+        graph where `demotions` holds one for this demotion, else eagerly)."""
         if self.steps_left <= 0:
             raise ValueError("more decode steps than the max_new_tokens the cache was frozen for.")
         counts = self.demotion_counts()
-        if max(counts) > 0:
-            for layer in self.layers:                       # every layer has the same regions, so the same trim
-                trim = demote_in_place(layer, counts)
-            self.n_fp -= trim
-            for mirror in self.mirrors.values():
-                mirror.fp_len.sub_(trim)
-                mirror.write_pos.sub_(trim)
-            self.sync_lengths()
+        if max(counts) == 0:
+            return
+        for layer in self.layers:
+            _check_room(layer, counts)
+        with torch.inference_mode():
+            trim = self.demotions.demote(counts) if self.demotions is not None else None
+            if trim is None:
+                trim = self.demote_on_device(counts)
+        self.n_fp -= trim
+        self.sync_lengths()
+
+    def demote_on_device(self, counts: list[int], write=None) -> int:
+        """Every layer's `demote_in_place`, then the fp lengths on the device down by the trim (returned); the host's
+        n_fp and the per-sequence lengths are the caller's. write: as `demote_rows`' (a graphed demotion's
+        device-offset write, harness/demotion_graph.py)."""
+        for layer in self.layers:                       # every layer has the same regions, so the same trim
+            trim = demote_in_place(layer, counts, write)
+        for mirror in self.mirrors.values():
+            mirror.fp_len.sub_(trim)
+            mirror.write_pos.sub_(trim)
+        return trim
 
     def sync_lengths(self) -> None:
         """Copy the host's per-sequence history lengths and fp starts to the device tensors (no host sync)."""
@@ -140,13 +157,16 @@ class StaticState:
             set_lengths(mirror.fp_start, starts)
 
 
-def demote_in_place(layer: ThreeRegionLayer, counts: list[int]) -> int:
-    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses."""
+def _check_room(layer: ThreeRegionLayer, counts: list[int]) -> None:
     for history in (layer.history_k, layer.history_v):
         if max(held + n for held, n in zip(history.lengths, counts)) > history.capacity():
             raise ValueError("the frozen history is full: more decode steps than it was sized for.")
+
+
+def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
+    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses."""
     n_fp = layer.fp_rows
-    trim = demote_rows(layer, counts)
+    trim = demote_rows(layer, counts, write)
     if trim:
         for rows in (layer.keys, layer.values):
             rows[..., :n_fp - trim, :] = rows[..., trim:n_fp, :].clone()
@@ -217,9 +237,12 @@ class DecodeStep:
     allocator), the second captures the step and replays it, every later call only replays. The returned
     logits [B, 1, V] live in a static buffer: read them before the next call. compile_step=True runs the model's
     RMSNorms, MLPs and RoPE as torch.compile'd kernels (harness.compiled_step), compiled in that first call.
+    With graph=True the page demotions between steps are CUDA graphs too (harness.demotion_graph; graph_demotions=False
+    keeps them eager, a benchmark's baseline).
     """
 
-    def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False):
+    def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False,
+                 graph_demotions: bool = True):
         if compile_step and state is not None and len(state.mirrors) > 1:
             raise ValueError(f"compile_step runs on one GPU, and this frozen cache spans {', '.join(state.mirrors)}; "
                              f"decode it with compile_step off.")
@@ -239,6 +262,8 @@ class DecodeStep:
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
         self.calls, self.cuda_graph, self.logits = 0, None, None
         self.segmented = graph and len(state.mirrors) > 1                # one CUDA graph per GPU (segmented_graph.py)
+        if graph and graph_demotions and demotion_graph_refusal(state) is None:
+            state.demotions = DemotionGraphs(state)                      # page demotions replayed too
 
     @property
     def setup_calls(self) -> int:

@@ -189,12 +189,13 @@ def eager_step(model, cache, batch: int, device):
     return make_step
 
 
-def static_step(model, cache, batch: int, steps: int, device, graph: bool, compile_step: bool = False):
+def static_step(model, cache, batch: int, steps: int, device, graph: bool, compile_step: bool = False,
+                graph_demotions: bool = True):
     """make_step() for a frozen cache (harness.static_cache) sized for `steps` calls (warm-up included) and the
-    profiler's: one DecodeStep call, a CUDA-graph replay if `graph`, with the model's RMSNorms, MLPs and RoPE compiled
-    if `compile_step`."""
+    profiler's: one DecodeStep call, a CUDA-graph replay if `graph` (its page demotions replayed too unless
+    graph_demotions is False), with the model's RMSNorms, MLPs and RoPE compiled if `compile_step`."""
     state = freeze(cache, steps + STATIC_SLACK)
-    decoder = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
+    decoder = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step, graph_demotions=graph_demotions)
     ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
 
     def make_step():
@@ -225,10 +226,11 @@ def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, f
 def whole_pages(steps: int, quantizer) -> tuple[int, int]:
     """(timed, warm-up) steps of a quantizer's cache on the GPU: steps rounded up to whole demotion pages (one step in
     page_tokens demotes a page of recent rows into the packed history), so that a mean over them includes its share of
-    demotions, after page_tokens + 1 untimed steps, which demote once. (CPU runs, smoke tests of the logic, keep
-    `steps` after two.)"""
-    page = getattr(quantizer, "page_tokens", 1)
-    return -(-steps // page) * page, max(2, page + 1)
+    demotions, after 2 x page_tokens + 1 untimed steps, which demote twice (with a CUDA-graph step the first demotion
+    compiles its kernels and the second captures it: harness.demotion_graph). (CPU runs, smoke tests of the logic,
+    keep `steps` after two.)"""
+    page = getattr(quantizer, "page_tokens", None)
+    return (steps, 2) if page is None else (-(-steps // page) * page, 2 * page + 1)
 
 
 def profiled(make_step) -> dict:
@@ -252,13 +254,15 @@ def make_quantizer(spec: str, cfg):
     return quantizer
 
 
-def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False) -> dict:
+def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False,
+            graph_demotions: bool = True) -> dict:
     """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step).
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
     a quantizer name, 'name:model' (rotation_dtype=model); a '+graph' suffix decodes through a frozen cache
     with the step captured as a CUDA graph (harness.static_cache), '+frozen' through the same cache in eager steps,
     '+graph+compile' with the model's RMSNorms, MLPs and RoPE compiled in that step (harness.compiled_step).
+    A '+graph' row's page demotions are CUDA graphs too unless graph_demotions is False (the row's `demotions` says).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
@@ -279,10 +283,16 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype)
-            make_step = static_step(model, cache, batch, steps + warmup, device, graph=graph and device == "cuda",
-                                    compile_step=compiled) if frozen else eager_step(model, cache, batch, device)
+            graph = graph and device == "cuda"
+            if frozen:
+                make_step = static_step(model, cache, batch, steps + warmup, device, graph=graph,
+                                        compile_step=compiled, graph_demotions=graph_demotions)
+            else:
+                make_step = eager_step(model, cache, batch, device)
             ms, mean_ms = time_steps(make_step, steps, device, warmup)
             split = profiled(make_step) if profile else {}
+            if graph and quantizer.stores_codes:
+                split["demotions"] = "graph" if graph_demotions else "eager"
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
@@ -324,11 +334,11 @@ def oom_row(model, quantizer_name: str, batch: int, ctx: int, steps: int, weight
 
 
 def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, weights_bytes: int,
-                   profile: bool = False) -> dict:
+                   profile: bool = False, graph_demotions: bool = True) -> dict:
     """`measure`, or (the GPU ran out of memory) `oom_row`, so that a configuration that cannot fit ends its row,
     not the run."""
     try:
-        return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile)
+        return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile, graph_demotions)
     except torch.OutOfMemoryError as err:
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -392,8 +402,8 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
                           and r.get("kv_bytes_per_token")), None)
         fit = max_batch(per_token, ctx, budget_gb, weights) if per_token else 0
         run_batch = min(fit, cap)
-        row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype, weights), weights,
-                         bandwidth) \
+        row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype, weights,
+                                        graph_demotions=not args.eager_demotions), weights, bandwidth) \
             if run_batch else {"quantizer": q, "batch": 0, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0}
         out.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(out[-1]), flush=True)
@@ -419,6 +429,8 @@ def parse_args():
     parser.add_argument("--budget-from", default=None,
                         help="a row name: the budget is what its first batch at the longest ctx holds (weights + cache)")
     parser.add_argument("--same-budget-cap", type=int, default=64, help="largest batch tried in the same-budget run")
+    parser.add_argument("--eager-demotions", action="store_true",
+                        help="+graph rows demote pages eagerly between replays (the baseline of graphed demotions)")
     parser.add_argument("--profile", action="store_true",
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
@@ -447,7 +459,7 @@ def main() -> None:
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
-        row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile)
+        row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions)
         rows.append(with_floor(row, weights, bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb

@@ -12,6 +12,7 @@ import torch
 
 from harness.quantizer import build_quantizer
 from harness.seam import install
+from harness.demotion_graph import DemotionGraphs
 from harness.static_cache import DecodeStep, freeze
 
 PROMPTS = ["The grass is green. The sky is blue. The sun is yellow. " * 2, "Here we go. There and back again."]
@@ -36,15 +37,20 @@ def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False, compile_step=False):
+def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False, compile_step=False,
+                  demotions="default"):
     """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph; with the
-    model's RMSNorms, MLPs and RoPE compiled if compile_step)."""
+    model's RMSNorms, MLPs and RoPE compiled if compile_step). demotions: "default" (DecodeStep's choice), "eager"
+    (graph_demotions=False) or "uncaptured" (a DemotionGraphs' device work run eagerly, e.g. on CPU)."""
     enc = tok(PROMPTS, return_tensors="pt", padding=True).to(device)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         logits = model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache).logits
         state = freeze(cache, steps, enc.attention_mask)
-        step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step)
+        step = DecodeStep(model, cache, state, graph=graph, compile_step=compile_step,
+                          graph_demotions=demotions == "default")
+        if demotions == "uncaptured":
+            state.demotions = DemotionGraphs(state, capture=False)
         positions = enc.attention_mask.sum(-1, keepdim=True)                        # [B, 1] next position
         tokens, all_logits = [], [logits[:, -1]]
         for _ in range(steps - 1):
@@ -306,6 +312,45 @@ def test_graph_replays_decode_like_eager_steps(tiny, tmp_path, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def _assert_same_cache(cache, other, state) -> None:
+    """Every layer's fp rows in use and each sequence's packed history bytes (up to its length) equal."""
+    for layer, twin in zip(cache.layers, other.layers):
+        assert layer.history_k.lengths == twin.history_k.lengths
+        torch.testing.assert_close(layer.keys[..., :state.n_fp, :], twin.keys[..., :state.n_fp, :], rtol=0, atol=0)
+        for history, twin_history in ((layer.history_k, twin.history_k), (layer.history_v, twin.history_v)):
+            assert history.used == twin_history.used
+            for key in ("codes", "scale", "zero"):
+                for b, held in enumerate(history.lengths):             # rows past a sequence's length are unused
+                    rows = held * history.used[key] // history.length
+                    assert torch.equal(history.view(key)[b, :, :rows], twin_history.view(key)[b, :, :rows])
+
+
+@pytest.mark.parametrize("name", ["oscar", "turboquant_k3v3"])
+def test_demotion_at_device_lengths_equals_the_eager_demotion(name, tiny, tmp_path, monkeypatch):
+    """A graphed demotion's device work (histories written at the device lengths, host lengths counted apart), run
+    eagerly, leaves every byte of the eager demotion, with two sequences of different history lengths."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name=name)
+    eager_tokens, _, eager_cache, _ = static_greedy(model, tok, quantizer, demotions="eager")
+    tokens, _, cache, state = static_greedy(model, tok, quantizer, demotions="uncaptured")
+    assert torch.equal(tokens, eager_tokens) and len(state.demotions.seen) == 1
+    lengths = cache.layers[0].history_k.lengths
+    assert len(set(lengths)) == 2 and state.hist_len.tolist() == lengths
+    _assert_same_cache(cache, eager_cache, state)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
+    """With a CUDA-graph step the page demotions are captured once and replayed: tokens, logits and every cache
+    byte as with eager demotions."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    eager_tokens, eager_logits, eager_cache, _ = static_greedy(model, tok, quantizer, graph=True, demotions="eager")
+    tokens, logits, cache, state = static_greedy(model, tok, quantizer, graph=True)
+    assert len(state.demotions.graphs) == 1 and torch.equal(tokens, eager_tokens)
+    for a, b in zip(logits, eager_logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_cache(cache, eager_cache, state)
+
+
 def test_short_prompt_on_the_kernel_path(tiny, tmp_path, monkeypatch):
     """A prompt shorter than the recent window reaches the decode kernel with an empty history."""
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2", recent=32, page=8)
@@ -443,3 +488,31 @@ def test_appends_with_room_store_the_kernel_parts_in_place_like_the_copying_path
     for key in ("codes", "scale", "zero"):
         assert torch.equal(histories[0].view(key), histories[1].view(key))
     assert histories[0]._write_views(rows[0], [32, 0]) is None                  # ragged: the copying path
+
+
+@pytest.mark.parametrize("name", ["naive_int2", "kivi2", "turboquant_k3v3"])
+def test_writes_at_device_lengths_equal_appends(name):
+    """PackedHistory.write_at (offsets read on the device) + count_appended (the host's lengths) store the bytes,
+    lengths and used rows of `append`, with batch rows of different held lengths."""
+    from harness.packed_history import PackedHistory
+    quantizer = build_quantizer(name)
+    quantizer._resolve(64)
+    gen = torch.Generator().manual_seed(0)
+    first = torch.randn(2, 2, 32, 64, generator=gen).to(DEVICE)                      # [B, H_kv, n, D]
+    pages = [torch.randn(2, 2, 32, 64, generator=gen).to(DEVICE) for _ in range(2)]
+    histories = []
+    for at_device in (True, False):
+        history = PackedHistory(quantizer, quantizer.key_spec, use_kernels=True)
+        history.allocate(first, 128)
+        history.append(first, [32, 0])                                               # held: 32 and 0
+        for page in pages:
+            if at_device:
+                history.write_at(page, torch.tensor(history.lengths, dtype=torch.int32, device=DEVICE))
+                history.count_appended([32, 32])
+            else:
+                history.append(page)
+        histories.append(history)
+    assert histories[0].lengths == histories[1].lengths == [96, 64]
+    assert histories[0].used == histories[1].used
+    for key in ("codes", "scale", "zero"):
+        assert torch.equal(histories[0].view(key), histories[1].view(key))
