@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.packed_history import DeviceOffsets
+
 MAX_LAYOUTS = 4          # graphs kept; a static decode has one layout once its first page is demoted
 
 
@@ -72,5 +74,5 @@ class DemotionGraphs:
 
     def _device_work(self, counts: list[int]) -> int:
         """Every layer's demotion with the histories written at the device lengths (read when the work runs)."""
-        hist_len = self.state.hist_len                    # int32 [B]: tokens each history holds before this page
-        return self.state.demote_on_device(counts, write=lambda history, rows: history.write_at(rows, hist_len))
+        offsets = DeviceOffsets(self.state.hist_len)      # from the tokens each history holds before this page
+        return self.state.demote_on_device(counts, write=lambda history, rows: history.write_at(rows, offsets))

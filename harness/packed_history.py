@@ -22,6 +22,22 @@ def grown_rows(needed: int) -> int:
     return max(GROWTH * needed, MIN_ROWS)
 
 
+class DeviceOffsets:
+    """Where each batch row's next rows go in a packed part, from the tokens held (int32 [B] on the device): the index
+    of p rows for n tokens is built once per (p, n) and shared by every history written with these offsets."""
+
+    def __init__(self, lengths: torch.Tensor):
+        self.lengths = lengths
+        self._rows: dict[tuple[int, int], torch.Tensor] = {}
+
+    def rows(self, p: int, tokens: int) -> torch.Tensor:
+        """Long [B, p]: the rows of batch row b's p new part rows (p rows hold `tokens` tokens)."""
+        if (p, tokens) not in self._rows:
+            first = self.lengths.long() * p // tokens                                  # [B]
+            self._rows[p, tokens] = first[:, None] + torch.arange(p, device=self.lengths.device)
+        return self._rows[p, tokens]
+
+
 class PackedHistory:
     """Growable packed buffers along the token axis (codes/scale/zero, and the reference path's mirror).
 
@@ -77,18 +93,16 @@ class PackedHistory:
         for key, part in parts.items():
             self.used[key] = self.length * part.shape[-2] // tokens
 
-    def write_at(self, rows: torch.Tensor, lengths: torch.Tensor) -> None:
-        """The device half of appending all n of `rows` [B, H_kv, n, D] to every batch row b after lengths[b] tokens
-        (int32 [B] on the device, never read by the host, so a CUDA graph can capture the write and replay it at
-        later offsets: harness/demotion_graph.py). Needs the packed buffers to hold the rows (a frozen cache's);
-        the host half is `count_appended`."""
+    def write_at(self, rows: torch.Tensor, offsets: DeviceOffsets) -> None:
+        """The device half of appending all n of `rows` [B, H_kv, n, D] to every batch row b after the tokens it holds
+        by `offsets` (read on the device, never by the host, so a CUDA graph can capture the write and replay it at
+        later offsets: harness/demotion_graph.py). Needs the packed buffers to hold the rows (a frozen cache's); the
+        host half is `count_appended`."""
         tokens = rows.shape[-2]
         with on_device(rows.device):
             packed = self.quantizer.kernel_ops().quantize_pack(rows, self.spec)
         for key, part in zip(("codes", "scale", "zero"), packed):                 # part [B, H_kv, p, *]
-            p = part.shape[-2]
-            first = lengths.long() * p // tokens                                   # [B]: each row's first row
-            index = first[:, None] + torch.arange(p, device=part.device)            # [B, p]
+            index = offsets.rows(part.shape[-2], tokens)                            # [B, p]
             self.buffers[key].scatter_(-2, index[:, None, :, None].expand_as(part), part)
 
     def count_appended(self, counts: list[int]) -> None:

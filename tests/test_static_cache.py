@@ -494,7 +494,7 @@ def test_appends_with_room_store_the_kernel_parts_in_place_like_the_copying_path
 def test_writes_at_device_lengths_equal_appends(name):
     """PackedHistory.write_at (offsets read on the device) + count_appended (the host's lengths) store the bytes,
     lengths and used rows of `append`, with batch rows of different held lengths."""
-    from harness.packed_history import PackedHistory
+    from harness.packed_history import DeviceOffsets, PackedHistory
     quantizer = build_quantizer(name)
     quantizer._resolve(64)
     gen = torch.Generator().manual_seed(0)
@@ -507,7 +507,7 @@ def test_writes_at_device_lengths_equal_appends(name):
         history.append(first, [32, 0])                                               # held: 32 and 0
         for page in pages:
             if at_device:
-                history.write_at(page, torch.tensor(history.lengths, dtype=torch.int32, device=DEVICE))
+                history.write_at(page, DeviceOffsets(torch.tensor(history.lengths, dtype=torch.int32, device=DEVICE)))
                 history.count_appended([32, 32])
             else:
                 history.append(page)
