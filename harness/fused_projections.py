@@ -131,18 +131,23 @@ def gemv_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 def single_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                      residual: torch.Tensor | None = None, norm: tuple | None = None) -> torch.Tensor:
+                      residual: torch.Tensor | None = None, norm: tuple | None = None,
+                      gated: bool = False) -> torch.Tensor:
     """F.linear (plus `residual`, the decoder layer's stream, when given), run by kernels/gemv.py for a single row
     of a 16-bit CUDA input (a batch-1 decode step's projections, where cuBLAS read the weights at 53-91 % of the copy
     bandwidth and the GEMV kernel at 65-98 %: results/bench/bench_gemv.md); the GEMV adds the residual in its
     epilogue, before its one rounding (the stock layer rounds the projection, then the sum). norm = (g, eps): x is
-    first RMS-normed (`kernels.gemv.rms_norm`, inside the GEMV on its path)."""
+    first RMS-normed (`kernels.gemv.rms_norm`, inside the GEMV on its path). gated=True: weight is [gate; up]
+    (2n rows) and the result silu(gate) * up [..., n] (in the GEMV's epilogue, rounded once, on its path)."""
     n = weight.shape[0]
     if gemv_takes(x, weight, bias, residual, norm):
         rows = None if residual is None else residual.reshape(1, n)
         g, eps = norm if norm is not None else (None, 0.0)
-        return gemv_op(x.reshape(1, -1), weight, bias, rows, g, eps).view(*x.shape[:-1], n)
+        return gemv_op(x.reshape(1, -1), weight, bias, rows, g, eps, gated).view(*x.shape[:-1], -1)
     out = F.linear(x if norm is None else rms_norm(x, *norm), weight, bias)
+    if gated:
+        gate, up = out.chunk(2, dim=-1)
+        out = F.silu(gate) * up
     return out if residual is None else residual + out
 
 
@@ -165,8 +170,8 @@ def fused_gated_mlp_forward(self, x, residual=None, norm_weight=None, eps=0.0):
     silu(gate) * up rounded once, as the compiled MLP does), so the product costs no launch of its own."""
     weight, bias = getattr(self, FUSED[GATE_UP])
     norm = None if norm_weight is None else (norm_weight, eps)
-    if getattr(self, SILU_GATE, False) and gemv_takes(x, weight, bias, norm=norm):
-        hidden = gemv_op(x.reshape(1, -1), weight, bias, None, norm_weight, eps, True).view(*x.shape[:-1], -1)
+    if getattr(self, SILU_GATE, False):
+        hidden = single_row_linear(x, weight, bias, norm=norm, gated=True)
     else:
         gate, up = single_row_linear(x, weight, bias, norm=norm).split([self.gate_proj.out_features,
                                                                         self.up_proj.out_features], dim=-1)
