@@ -114,25 +114,28 @@ def test_gemv_refuses_bad_operands_in_one_sentence(x_shape, w_shape, dtype, mess
 def test_single_rows_route_to_the_gemv_kernel_and_others_to_cublas(monkeypatch):
     import harness.fused_projections as fp
     calls = []
-    monkeypatch.setattr(fp, "gemv_op", lambda x, w, b, r=None, g=None, eps=0.0: calls.append(x.shape)
-                        or gemv_op(x, w, b, r, g, eps))
+    monkeypatch.setattr(fp, "gemv_op", lambda x, w, b, *rest: calls.append(x.shape) or gemv_op(x, w, b, *rest))
     x, w = _operands(1, 96, 512, torch.bfloat16)
     one = fp.single_row_linear(x.view(1, 1, 512), w)                          # a batch-1 decode step's input
     torch.testing.assert_close(one.view(1, 96).float(), F.linear(x, w).float(), rtol=1e-2, atol=1e-2)
     assert one.shape == (1, 1, 96) and calls == [(1, 512)]
+    gated = fp.single_row_linear(x.view(1, 1, 512), w, gated=True)           # w as [gate; up]: silu(gate) * up
+    gate, up = F.linear(x, w).float().chunk(2, dim=-1)
+    torch.testing.assert_close(gated.view(1, 48).float(), F.silu(gate) * up, rtol=1e-2, atol=1e-2)
+    assert gated.shape == (1, 1, 48) and calls == [(1, 512)] * 2
     residual = torch.randn(1, 1, 96, device=DEVICE).to(torch.bfloat16)       # a decoder layer's stream
     added = fp.single_row_linear(x.view(1, 1, 512), w, None, residual)        # on the kernel, in its epilogue
     torch.testing.assert_close(added.float(), (F.linear(x, w).float() + residual.float()), rtol=1e-2, atol=1e-2)
-    assert len(calls) == 2
+    assert len(calls) == 3
     g = torch.rand(512, device=DEVICE).to(torch.bfloat16) + 0.5
     normed = fp.single_row_linear(x.view(1, 1, 512), w, norm=(g, 1e-6))         # the norm inside the kernel
     torch.testing.assert_close(normed.view(1, 96).float(), F.linear(rms_norm(x, g, 1e-6), w).float(), rtol=1e-2,
                                atol=1e-2)
-    assert len(calls) == 3
+    assert len(calls) == 4
     fp.single_row_linear(x.repeat(2, 1), w)                                    # two rows: cuBLAS
     fp.single_row_linear(x.float(), w.float())                                 # fp32: cuBLAS
     fp.single_row_linear(x.repeat(2, 1), w, norm=(g, 1e-6))                    # two rows: rms_norm, then cuBLAS
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks inductor's CPU code; the GPU test of the fold is in "
