@@ -371,12 +371,13 @@ def set_lengths(dst: torch.Tensor, values: list[int]) -> None:
     dst.copy_(src.pin_memory() if dst.is_cuda else src, non_blocking=dst.is_cuda)
 
 
-def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
+def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None, move_sinks: bool = True) -> int:
     """Quantize counts[b] rows after sequence b's sink into its history and move its sink up behind them.
 
     Works in place on the layer's fp rows [B, H_kv, F, D] (F = layer.fp_rows); returns how many leading
     rows no sequence uses any more (the caller drops or shifts them out). write(history, rows) stores the rows
-    [B, H_kv, max(counts), D] in a history (default: `history.append(rows, counts)`).
+    [B, H_kv, max(counts), D] in a history (default: `history.append(rows, counts)`); move_sinks=False leaves the
+    sinks where they are (a caller that moves the rows after the demoted ones down to them instead).
     """
     sink, _, recent = layer.regions()
     n_fp, width = layer.fp_rows, max(counts)
@@ -387,7 +388,8 @@ def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
             history.append(rows_out, counts)
         else:
             write(history, rows_out)
-        _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
+        if move_sinks:
+            _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
     return min(f - s + c for f, s, c in zip(first, sink, counts))
 
 
@@ -401,8 +403,17 @@ def _rows_from(rows: torch.Tensor, first: list[int], width: int) -> torch.Tensor
     return rows.gather(2, gather)
 
 
+def as_words(rows: torch.Tensor) -> torch.Tensor:
+    """rows [..., D] as 8-byte words [..., D * itemsize / 8] where the layout allows (else rows): the same bytes, for
+    copies, which torch's strided copy kernels run element by element (a quarter of the elements for 16-bit rows)."""
+    size = rows.element_size()
+    aligned = all(stride * size % 8 == 0 for stride in rows.stride()[:-1]) and rows.storage_offset() * size % 8 == 0
+    return rows.view(torch.int64) if rows.stride(-1) == 1 and rows.shape[-1] * size % 8 == 0 and aligned else rows
+
+
 def _move_sinks(rows: torch.Tensor, starts: list[int], sink: list[int], counts: list[int]) -> None:
     """Copy each sequence's sink rows [start, start + sink) up by counts[b] rows, in place."""
+    rows = as_words(rows)
     if len(set(zip(starts, sink, counts))) == 1:
         start, s, c = starts[0], sink[0], counts[0]
         if s and c:

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import torch
 
-from harness.cache import KVView, ThreeRegionLayer, decode_demotion, demote_rows, set_lengths, set_padding
+from harness.cache import (KVView, ThreeRegionLayer, as_words, decode_demotion, demote_rows, set_lengths,
+                           set_padding)
 from harness.compiled_step import compile_step_refusal, compiled_parts
 from harness.demotion_graph import DemotionGraphs, demotion_graph_refusal
 from harness.placement import on_device
@@ -164,13 +165,33 @@ def _check_room(layer: ThreeRegionLayer, counts: list[int]) -> None:
 
 
 def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
-    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses."""
-    n_fp = layer.fp_rows
+    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses; returns the
+    rows shifted out. Where every sequence's sink starts at row 0 and all demote one count c (a static decode's steady
+    state), moving the sink up by c and everything down by c would leave the sink where it was: only the rows after
+    the demoted ones move (the same bytes in every row, half the copies)."""
+    n_fp, sink = layer.fp_rows, sinks_at_row_zero(layer, counts)
+    if sink is not None:
+        demote_rows(layer, counts, write, move_sinks=False)
+        _shift_down(layer, sink + counts[0], n_fp, counts[0])
+        return counts[0]
     trim = demote_rows(layer, counts, write)
-    if trim:
-        for rows in (layer.keys, layer.values):
-            rows[..., :n_fp - trim, :] = rows[..., trim:n_fp, :].clone()
+    _shift_down(layer, trim, n_fp, trim)
     return trim
+
+
+def sinks_at_row_zero(layer: ThreeRegionLayer, counts: list[int]) -> int | None:
+    """The sink rows every sequence keeps at row 0 when all demote one count, else None."""
+    sink = layer.regions()[0]
+    return sink[0] if set(layer.fp_starts()) == {0} and len(set(zip(sink, counts))) == 1 else None
+
+
+def _shift_down(layer: ThreeRegionLayer, start: int, end: int, by: int) -> None:
+    """fp rows [start, end) of keys and values move down by `by` rows (overlapping: through a copy)."""
+    if by == 0 or start >= end:
+        return
+    for rows in (layer.keys, layer.values):
+        words = as_words(rows)                                            # [B, H_kv, F, D * itemsize / 8]
+        words[..., start - by:end - by, :] = words[..., start:end, :].clone()
 
 
 def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = None) -> StaticState:

@@ -338,6 +338,22 @@ def test_demotion_at_device_lengths_equals_the_eager_demotion(name, tiny, tmp_pa
     _assert_same_cache(cache, eager_cache, state)
 
 
+def test_steady_demotions_leave_the_sink_and_move_the_rest_like_the_full_shift(tiny, tmp_path, monkeypatch):
+    """With every sink at row 0 a demotion moves only the rows after the page down (`sinks_at_row_zero`): the cache
+    bytes equal those of the sink move and the shift of every fp row, which the first branch takes otherwise."""
+    import harness.static_cache as static_cache
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    shortcuts = []
+    real = static_cache.sinks_at_row_zero
+    monkeypatch.setattr(static_cache, "sinks_at_row_zero", lambda *a: shortcuts.append(real(*a)) or shortcuts[-1])
+    tokens, _, cache, state = static_greedy(model, tok, quantizer)
+    assert shortcuts and all(sink == 4 for sink in shortcuts)
+    monkeypatch.setattr(static_cache, "sinks_at_row_zero", lambda *a: None)
+    full_tokens, _, full_cache, _ = static_greedy(model, tok, quantizer)
+    assert torch.equal(tokens, full_tokens)
+    _assert_same_cache(cache, full_cache, state)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
     """With a CUDA-graph step the page demotions are captured once and replayed: tokens, logits and every cache
