@@ -16,6 +16,8 @@ start; the histories' lengths may differ), so no per-sequence index is built on 
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from harness.packed_history import DeviceOffsets
@@ -38,7 +40,8 @@ class DemotionGraphs:
     on CPU)."""
 
     def __init__(self, state, capture: bool = True):
-        self.state, self.capture = state, capture
+        self.state = weakref.proxy(state)   # the state holds this: no cycle, so dropping a cache frees its graphs at once
+        self.capture = capture              # (a cyclic collection could release them inside a later graph's capture)
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple] = {}              # layout -> (CUDAGraph, trim)
 

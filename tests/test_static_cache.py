@@ -142,7 +142,8 @@ def test_demotes_next_step_says_which_steps_demote_a_page(tiny, tmp_path, monkey
 
 
 def test_a_dropped_frozen_cache_is_freed_without_a_gc_pass(tiny, tmp_path, monkeypatch):
-    """Layers and their StaticState must not form a reference cycle: the buffers go with the last reference."""
+    """Layers, their StaticState and its demotion graphs must not form a reference cycle: the buffers (and, on the GPU,
+    the graphs, whose release must not land inside a later capture) go with the last reference."""
     import gc
     import weakref
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name="naive_int2")
@@ -152,11 +153,14 @@ def test_a_dropped_frozen_cache_is_freed_without_a_gc_pass(tiny, tmp_path, monke
         with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
             cache = seam.new_cache()
             model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache)
-            step = DecodeStep(model, cache, freeze(cache, 4, enc.attention_mask))
+            state = freeze(cache, 4, enc.attention_mask)
+            state.demotions = DemotionGraphs(state, capture=False)         # as DecodeStep(graph=True) sets it
+            step = DecodeStep(model, cache, state)
             step(torch.ones(2, 1, dtype=torch.long, device=DEVICE), enc.attention_mask.sum(-1, keepdim=True))
             layer, buffer = weakref.ref(cache.layers[0]), weakref.ref(cache.layers[0].keys)
-            del cache, step
-        assert layer() is None and buffer() is None
+            demotions = weakref.ref(state.demotions)
+            del cache, step, state
+        assert layer() is None and buffer() is None and demotions() is None
     finally:
         gc.enable()
 
