@@ -6,6 +6,8 @@ Ours come from each results/bench/*.json that bench_throughput.py wrote (a paylo
 "same_budget"; `--profile` runs are left out). In one run, for each BF16 engine that ran beside OSCAR:
   BS=b         BF16's ms per step over OSCAR's, both at batch b and the run's longest context;
   same budget  OSCAR's tokens/s at the largest batch that fits the run's memory budget over BF16's at its own.
+Both from the mean step over whole demotion pages where the run has it (`step_measure`), else the median step; the
+row says which.
 The paper's BS=8 and BS=32 are job-level throughputs under one memory budget (BF16 does not fit batch 8 at 100K
 on one H100), which is what our "same budget" column measures at the largest batches; its BS=1 is a decode
 speedup against SGLang's BF16. The BF16 engines: `bf16+graph` (the harness's frozen cache, kernel and CUDA
@@ -44,9 +46,16 @@ def bench_payloads(bench_dir: Path) -> list[tuple[str, dict]]:
     return found
 
 
-def _ms(rows: list[dict], quantizer: str, batch: int, ctx: int) -> float | None:
-    return next((r["ms_per_step"] for r in rows if r["quantizer"] == quantizer and r["batch"] == batch
-                 and r["ctx"] == ctx and r.get("ms_per_step")), None)
+def step_measure(payload: dict) -> str:
+    """"mean" for a run whose rows carry the mean step over whole demotion pages (bench_throughput since b4898b4,
+    whose tokens/s come from it too), else "median" (the steady step: it skips the step in page_tokens that demotes)."""
+    return "mean" if any("ms_per_step_mean" in r for r in payload["rows"]) else "median"
+
+
+def _ms(rows: list[dict], quantizer: str, batch: int, ctx: int, measure: str) -> float | None:
+    key = "ms_per_step_mean" if measure == "mean" else "ms_per_step"
+    return next((r[key] for r in rows if r["quantizer"] == quantizer and r["batch"] == batch
+                 and r["ctx"] == ctx and r.get(key)), None)
 
 
 def _budget_tps(payload: dict, quantizer: str) -> float | None:
@@ -64,16 +73,17 @@ def _ratio(numerator: float | None, denominator: float | None) -> str:
 def our_rows(name: str, payload: dict) -> list[list[str]]:
     """One row per BF16 engine that ran beside OSCAR in this payload."""
     rows, ctx = payload["rows"], max(r["ctx"] for r in payload["rows"])
-    present = {r["quantizer"] for r in rows}
+    present, measure = {r["quantizer"] for r in rows}, step_measure(payload)
     built = []
     for base, label in BASELINES.items():
         suffix = COMPILED if base.endswith(COMPILED) else ""
         oscar = next((q + suffix for q in OSCAR_ROWS if q + suffix in present), None)
         if base not in present or oscar is None:
             continue
-        cells = [_ratio(_ms(rows, base, b, ctx), _ms(rows, oscar, b, ctx)) for b in BATCHES]
+        cells = [_ratio(_ms(rows, base, b, ctx, measure), _ms(rows, oscar, b, ctx, measure)) for b in BATCHES]
         budget = _ratio(_budget_tps(payload, oscar), _budget_tps(payload, base))
-        built.append([f"ours, {oscar} vs {label} ({name}, {payload.get('date', '?')}, ctx {ctx})", *cells, budget])
+        built.append([f"ours, {oscar} vs {label} ({name}, {payload.get('date', '?')}, ctx {ctx}, {measure} step)",
+                      *cells, budget])
     return built
 
 
@@ -98,5 +108,9 @@ def throughput_table(bench_dir: Path, paper: pd.DataFrame) -> Table:
              "BS=b: BF16's ms per decode step over OSCAR's at batch b in the same run. Same budget: tokens/s of each "
              "at the largest batch that fits the run's memory budget (OSCAR's over BF16's); the paper's BS=8 and "
              "BS=32 are such job-level throughputs at those batches.",
+             "Each row says its step: 'mean step' is the mean over whole demotion pages (what a generated token costs, "
+             "the one step in 8 that demotes a page included; tokens/s come from it too), 'median step' the steady "
+             "step of runs from before the mean was recorded (it skips the demoting step, so those ratios are "
+             "higher than sustained ones).",
              MISSING_NOTE.replace("no status=ok row for this cell", "no such row in a benchmark run")]
     return Table("paper_throughput", "Paper throughput (P Fig. 6): speedup of OSCAR over BF16", blocks, notes)

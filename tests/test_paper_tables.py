@@ -132,6 +132,21 @@ def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
     assert "StaticCache" in stock[0] and stock[1:] == ["10.00×", MISSING, MISSING, "11.00×"]
     paper8b, capped, _ = qwen8b.rows
     assert paper8b[1] == "2.88×" and capped[1] == "1.50×" and capped[4] == MISSING
+    assert "median step" in same_engine[0] and "median step" in capped[0]
+
+
+def test_throughput_table_takes_the_mean_step_where_the_run_has_it(tmp_path):
+    """A run whose rows carry the mean step over whole demotion pages is compared on it (and says so), not on the
+    median, which skips the demoting steps."""
+    from report.paper_throughput import throughput_table
+    _bench_run(tmp_path / "run.json")
+    payload = json.loads((tmp_path / "run.json").read_text())
+    for row in payload["rows"]:
+        row["ms_per_step_mean"] = row["ms_per_step"] * (2 if "oscar" in row["quantizer"] else 1)
+    (tmp_path / "run.json").write_text(json.dumps(payload))
+    _, same_engine, stock = throughput_table(tmp_path, load_paper()).blocks[0].rows
+    assert "mean step" in same_engine[0] and same_engine[1:3] == ["0.75×", "2.00×"]
+    assert stock[1] == "5.00×"
 
 
 PAPER_SAMPLING = {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
