@@ -96,11 +96,16 @@ class PackedHistory:
     def write_at(self, rows: torch.Tensor, offsets: DeviceOffsets) -> None:
         """The device half of appending all n of `rows` [B, H_kv, n, D] to every batch row b after the tokens it holds
         by `offsets` (read on the device, never by the host, so a CUDA graph can capture the write and replay it at
-        later offsets: harness/demotion_graph.py). Needs the packed buffers to hold the rows (a frozen cache's); the
-        host half is `count_appended`."""
-        tokens = rows.shape[-2]
+        later offsets: harness/demotion_graph.py): by the format's write kernel where it takes `row_offsets`, else its
+        parts scattered in. Needs the packed buffers to hold the rows (a frozen cache's); the host half is
+        `count_appended`."""
+        tokens, ops = rows.shape[-2], self.quantizer.kernel_ops()
         with on_device(rows.device):
-            packed = self.quantizer.kernel_ops().quantize_pack(rows, self.spec)
+            if getattr(ops, "writes_at_offsets", False):               # the write kernel reads the offsets itself
+                buffers = tuple(self.buffers[key] for key in ("codes", "scale", "zero"))
+                ops.quantize_pack(rows, self.spec, out=buffers, row_offsets=offsets.lengths)
+                return
+            packed = ops.quantize_pack(rows, self.spec)
         for key, part in zip(("codes", "scale", "zero"), packed):                 # part [B, H_kv, p, *]
             index = offsets.rows(part.shape[-2], tokens)                            # [B, p]
             self.buffers[key].scatter_(-2, index[:, None, :, None].expand_as(part), part)

@@ -20,9 +20,10 @@ class AffineKernels:
     benchmark can wrap them: scripts/dev/count_step_ops.py)."""
 
     writes_into = True        # quantize_pack takes `out`: the parts stored straight into caller-owned views
+    writes_at_offsets = True  # ... and `row_offsets`: each sequence's rows at an offset read on the device
 
-    def quantize_pack(self, rows: torch.Tensor, spec, out=None):
-        return kernels.quant.quantize_pack(rows, spec, out=out)
+    def quantize_pack(self, rows: torch.Tensor, spec, out=None, row_offsets=None):
+        return kernels.quant.quantize_pack(rows, spec, out=out, row_offsets=row_offsets)
 
     def part_shapes(self, shape, spec) -> dict[str, tuple[list[int], torch.dtype]]:
         codes, meta = kernels.quant.packed_shapes(shape, spec)

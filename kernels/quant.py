@@ -253,10 +253,10 @@ def _pack(codes, BLOCK_T: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr):
 
 @triton.jit
 def _quantize_pack_kernel(
-    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr,
-    n_tokens, lm_factor,
+    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr, offsets_ptr,
+    n_tokens, lm_factor, heads,
     stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
-    D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
+    ROW_OFFSETS: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
     CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
     ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
@@ -290,15 +290,19 @@ def _quantize_pack_kernel(
 
     packed = _pack(tl.reshape(codes, (BLOCK_T, D)), BLOCK_T, D, BITS)           # [BLOCK_T, NB]
     nb = tl.arange(0, D * BITS // 8)
-    tl.store(codes_ptr + pid_a * stride_ca + rows[:, None] * stride_ct + nb[None, :], packed,
+    first = 0                                                                    # output row of input row 0
+    if ROW_OFFSETS:                                                              # per sequence, read here
+        first = tl.load(offsets_ptr + pid_a // heads).to(tl.int64)
+    out_rows = rows + first                                                      # [BLOCK_T]
+    tl.store(codes_ptr + pid_a * stride_ca + out_rows[:, None] * stride_ct + nb[None, :], packed,
              mask=row_ok[:, None])
     if CHANNEL:
-        meta = pid_a * stride_sa + pid_t * stride_st + cols                       # [D]
+        meta = pid_a * stride_sa + (pid_t + first // GROUP) * stride_st + cols    # [D]
         tl.store(scale_ptr + meta, tl.reshape(scale, (D,)))
         tl.store(zero_ptr + meta, tl.reshape(zero, (D,)))
     else:
         groups = tl.arange(0, D // GROUP)
-        meta = pid_a * stride_sa + rows[:, None] * stride_st + groups[None, :]   # [BLOCK_T, NG]
+        meta = pid_a * stride_sa + out_rows[:, None] * stride_st + groups[None, :]   # [BLOCK_T, NG]
         tl.store(scale_ptr + meta, tl.reshape(scale, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
         tl.store(zero_ptr + meta, tl.reshape(zero, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
 
@@ -346,17 +350,31 @@ def _as_3d(t: torch.Tensor, name: str) -> torch.Tensor:
         raise ValueError(f"{name} leading dims must be mergeable into one (a view), got strides {t.stride()}.") from err
 
 
-def _allocate_or_check(x, spec, out):
+def _allocate_or_check(x, spec, out, any_rows: bool = False):
+    """(codes, scale, zero): new, or `out` checked against x's packed shapes (any_rows: any length of the token-like
+    axis, dim -2, at least x's)."""
     codes_shape, meta_shape = packed_shapes(x.shape, spec)
     dtype = spec.torch_scale_dtype
     if out is None:
+        if any_rows:
+            raise ValueError("row_offsets writes into `out`: pass the packed buffers.")
         return (x.new_empty(codes_shape, dtype=torch.uint8), x.new_empty(meta_shape, dtype=dtype),
                 x.new_empty(meta_shape, dtype=dtype))
     for name, t, shape, want in zip(("codes", "scale", "zero"), out, (codes_shape, meta_shape, meta_shape),
                                     (torch.uint8, dtype, dtype)):
-        if list(t.shape) != shape or t.dtype != want or t.device != x.device:
-            raise ValueError(f"out {name} must be {want} {shape} on {x.device}, got {t.dtype} {list(t.shape)}.")
+        got = list(t.shape)
+        fits = got[:-2] + got[-1:] == shape[:-2] + shape[-1:] and got[-2] >= shape[-2] if any_rows else got == shape
+        if not fits or t.dtype != want or t.device != x.device:
+            raise ValueError(f"out {name} must be {want} {shape} on {x.device}"
+                             f"{' (any rows at dim -2)' if any_rows else ''}, got {t.dtype} {got}.")
     return out
+
+
+def _check_row_offsets(x: torch.Tensor, row_offsets: torch.Tensor) -> None:
+    if x.dim() != 4 or row_offsets.shape != (x.shape[0],) or row_offsets.dtype != torch.int32 \
+            or row_offsets.device != x.device:
+        raise ValueError(f"row_offsets must be int32 [B] on {x.device} for x [B, H, T, D], got "
+                         f"{row_offsets.dtype} {list(row_offsets.shape)} for x {list(x.shape)}.")
 
 
 def _variant(spec: QuantSpec) -> int:
@@ -417,16 +435,23 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
 
 
 def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None,
-                  block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None):
+                  block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None,
+                  row_offsets: torch.Tensor | None = None):
     """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
 
     codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
     `out=(codes, scale, zero)` writes into preallocated (possibly strided) views, e.g. cache slices.
+    row_offsets (int32 [B] on x's device, x [B, H, T, D]; needs `out`, whose token axis may hold more rows): sequence
+    b's tokens go to out's token rows row_offsets[b] .. + T - 1, read on the device (a CUDA graph replays the launch
+    at whatever offsets the tensor then holds: harness/demotion_graph.py). Channel axis: offsets must be multiples of
+    the group; nothing checks that the rows fit.
     block_t (token axis, a power of two) and num_warps override `default_write_tile`, clip_method (one of
     CLIP_METHODS) `default_clip_method`: benchmark knobs that never change the result.
     """
     _check_inputs(x, spec, rotation)
-    codes, scale, zero = _allocate_or_check(x, spec, out)
+    codes, scale, zero = _allocate_or_check(x, spec, out, any_rows=row_offsets is not None)
+    if row_offsets is not None:
+        _check_row_offsets(x, row_offsets)
     if scale.stride() != zero.stride():
         raise ValueError(f"scale and zero must share strides, got {scale.stride()} and {zero.stride()}.")
     tokens, head_dim = x.shape[-2], x.shape[-1]
@@ -444,9 +469,10 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
                                  clip_method=clip_method, tokens=tokens)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
     grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
+    heads = x3.shape[0] // (row_offsets.numel() if row_offsets is not None else 1)
     _quantize_pack_kernel[grid](
-        x3, rot, c3, s3, z3, tokens, lm_factor,
+        x3, rot, c3, s3, z3, row_offsets if row_offsets is not None else x3, tokens, lm_factor, heads,
         x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
-        **constants, num_warps=num_warps, enable_fp_fusion=False,
+        ROW_OFFSETS=row_offsets is not None, **constants, num_warps=num_warps, enable_fp_fusion=False,
     )
     return codes, scale, zero

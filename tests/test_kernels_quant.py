@@ -94,6 +94,29 @@ def test_writes_in_place_into_a_strided_cache_slice():
         assert (t[:, :, :5] == 7).all() and (t[:, :, 14:] == 7).all()
 
 
+@pytest.mark.parametrize("spec", [QuantSpec(bits=2, group=64), QuantSpec(bits=2, group=16, axis="channel")],
+                         ids=["token", "channel"])
+def test_row_offsets_write_each_sequence_at_its_device_offset(spec):
+    """row_offsets [B] (on the device) puts sequence b's rows at token rows offsets[b].. of the whole buffers: the
+    bytes of the reference there, every other row untouched."""
+    x = torch.randn(2, 3, 16, 128, generator=torch.Generator().manual_seed(6))
+    offsets, capacity = [32, 16], 64
+    ref = quantize_pack_reference(x, spec)
+    cache = [torch.full((2, 3, capacity * part.shape[-2] // 16, part.shape[-1]), 7, dtype=part.dtype, device=DEVICE)
+             for part in ref]                                                  # [B, H_kv, rows, *]
+    quantize_pack(x.to(DEVICE), spec, out=tuple(cache),
+                  row_offsets=torch.tensor(offsets, dtype=torch.int32, device=DEVICE))
+    for b, offset in enumerate(offsets):
+        rows = [slice(offset * part.shape[-2] // 16, (offset + 16) * part.shape[-2] // 16) for part in ref]
+        _assert_identical([t[b, :, r] for t, r in zip(cache, rows)], [part[b] for part in ref])
+        for t, r in zip(cache, rows):
+            assert (t[b, :, :r.start] == 7).all() and (t[b, :, r.stop:] == 7).all()
+    with pytest.raises(ValueError, match="int32"):
+        quantize_pack(x.to(DEVICE), spec, out=tuple(cache), row_offsets=torch.tensor(offsets, device=DEVICE))
+    with pytest.raises(ValueError, match="pass the packed buffers"):
+        quantize_pack(x.to(DEVICE), spec, row_offsets=torch.tensor(offsets, dtype=torch.int32, device=DEVICE))
+
+
 def test_two_dim_input():
     spec = QuantSpec(bits=4, group=128)
     x = torch.randn(5, 128, generator=torch.Generator().manual_seed(5))

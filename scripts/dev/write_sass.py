@@ -36,14 +36,15 @@ from kernels.quant import CLIP_METHODS, _quantize_pack_kernel, default_write_til
 BATCH, KV_HEADS, TOKENS, HEAD_DIM = 16, 8, 4096, 128
 SPEC = QuantSpec(bits=2, group=128, clip_ratio=0.96)
 NO_CLIP = "no clip"  # a method name for the same launch without the clip: the floor the clip adds to
-POINTER_TYPES = {"x_ptr": "*bf16", "r_ptr": "*bf16", "codes_ptr": "*u8", "scale_ptr": "*fp16", "zero_ptr": "*fp16"}
+POINTER_TYPES = {"x_ptr": "*bf16", "r_ptr": "*bf16", "codes_ptr": "*u8", "scale_ptr": "*fp16", "zero_ptr": "*fp16",
+                 "offsets_ptr": "*i32"}
 LOCAL_MEMORY = ("LDL", "STL")
 
 
 def runtime_arguments() -> dict:
     """Scalar arguments of the bench's launch ([16, 8, 4096, 128] bf16 x, contiguous codes / scale / zero)."""
     nb, groups = HEAD_DIM * SPEC.container_bits // 8, HEAD_DIM // SPEC.group
-    return dict(n_tokens=TOKENS, lm_factor=1.0, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
+    return dict(n_tokens=TOKENS, lm_factor=1.0, heads=KV_HEADS, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
                 stride_ca=TOKENS * nb, stride_ct=nb, stride_sa=TOKENS * groups, stride_st=groups)
 
 
@@ -53,6 +54,7 @@ def compile_write(rotate: bool, block_t: int, num_warps: int, clip_method: str):
     constexprs = launch_constants(HEAD_DIM, spec, torch.bfloat16, rotate=rotate, rotation_fp32=False, interpret=False,
                                   block_t=block_t,
                                   clip_method=None if clip_method == NO_CLIP else clip_method)
+    constexprs["ROW_OFFSETS"] = False
     options = dict(num_warps=num_warps, enable_fp_fusion=False)
     return compile_for_h100(_quantize_pack_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
 
