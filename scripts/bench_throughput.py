@@ -7,6 +7,7 @@
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph+compile,oscar:model+graph+compile
+    python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers oscar:model+graph --eager-demotions
     python scripts/bench_throughput.py --model qwen3_32b --gpus 2 --ctx 131072 --batch 1 \
         --quantizers bf16+frozen,oscar:model+frozen --budget-from bf16+frozen   # split over 2 GPUs, same-memory batch
 
@@ -19,7 +20,8 @@ ratio against it compares caches, not engines); a further `+compile` runs that e
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
 per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (on the GPU rounded up
 to whole demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean
-(what the same-budget ratios compare), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
+(what the same-budget ratios compare; a `+graph` row's page demotions are CUDA graphs of their own, or eager with
+--eager-demotions, as its `demotions` says), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
