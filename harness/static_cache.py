@@ -159,6 +159,7 @@ class StaticState:
 
 
 def _check_room(layer: ThreeRegionLayer, counts: list[int]) -> None:
+    """ValueError where appending counts[b] tokens to a history would pass its frozen capacity."""
     for history in (layer.history_k, layer.history_v):
         if max(held + n for held, n in zip(history.lengths, counts)) > history.capacity():
             raise ValueError("the frozen history is full: more decode steps than it was sized for.")

@@ -469,7 +469,7 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
                                  clip_method=clip_method, tokens=tokens)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
     grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
-    heads = x3.shape[0] // (row_offsets.numel() if row_offsets is not None else 1)
+    heads = x.shape[1] if row_offsets is not None else 1                       # programs per sequence's offset
     _quantize_pack_kernel[grid](
         x3, rot, c3, s3, z3, row_offsets if row_offsets is not None else x3, tokens, lm_factor, heads,
         x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
