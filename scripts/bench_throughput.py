@@ -19,7 +19,8 @@ cache's full-precision buffer, the same Triton decode kernel and CUDA graph as t
 ratio against it compares caches, not engines); a further `+compile` runs that engine's step with the model's RMSNorms,
 MLPs and RoPE compiled (harness.compiled_step); the other rows run the harness seam and its decode kernel. Reported
 per row: ms/step (the median step: steady, no page demotion), its mean over the timed steps (on the GPU rounded up
-to whole demotion pages, so the mean carries the demotions a generation pays; `timed_steps`), tokens/s from that mean
+to whole demotion pages, so the mean carries the demotions a generation pays; `timed_steps`, after `warmup_steps`
+untimed ones that include two demotions), tokens/s from that mean
 (what the same-budget ratios compare; a `+graph` row's page demotions are CUDA graphs of their own, or eager with
 --eager-demotions, as its `demotions` says), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
@@ -272,12 +273,13 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         torch.cuda.empty_cache()
         reset_peak_memory()
     before = gpu_allocated()
+    warmup = 2
     if quantizer_name in BF16_CACHES:
         cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
             StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
         fill_dynamic(cache, model, batch, ctx, dtype)
         make_step = eager_step(model, cache, batch, device)
-        ms, mean_ms = time_steps(make_step, steps, device)
+        ms, mean_ms = time_steps(make_step, steps, device, warmup)
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
@@ -298,7 +300,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
-           "ms_per_step_mean": round(mean_ms, 3), "timed_steps": steps,
+           "ms_per_step_mean": round(mean_ms, 3), "timed_steps": steps, "warmup_steps": warmup,
            "tokens_per_s": round(batch * 1e3 / mean_ms, 1), "kv_bytes_per_token": round(allocated / (batch * ctx), 1),
            "kv_bytes_counted_per_token": round(kv_bytes(cache) / (batch * ctx), 1),
            "peak_gb": round(sum(peaks.values()), 2) if device == "cuda" else None,

@@ -26,7 +26,7 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
     assert per_token["bf16+graph+compile"] == per_token["bf16+graph"]              # the same cache, compiled step
     assert all("throughput_vs_bf16" in r and "throughput_vs_bf16_static" in r and "throughput_vs_bf16+graph" in r
                and "throughput_vs_bf16+graph+compile" in r for r in data["same_budget"] if r["batch"])
-    assert all(r["timed_steps"] == 2 for r in data["rows"])                     # CPU: no page rounding
+    assert all(r["timed_steps"] == 2 and r["warmup_steps"] == 2 for r in data["rows"])    # CPU: no page rounding
     for r in data["rows"]:   # tokens/s comes from the unrounded mean; the row keeps the mean to 0.001 ms
         mean_ms = r["ms_per_step_mean"]
         rounding_slack = r["batch"] * 1e3 * 0.0005 / (mean_ms - 0.0005) ** 2 + 0.05
