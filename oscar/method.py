@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 from harness.uniform import UniformKVQuantizer
 from oscar.covariance import (ktk_target, query_second_moment, value_target_softmax, value_target_surrogate,
                               vtv_target)
-from oscar.rotation import (compose_rotation, eigen_basis, load_key_means, load_rotations, save_key_means,
-                            save_rotations)
+from oscar.rotation import (COMPOSE_MODES, compose_rotation, eigen_basis, load_key_means, load_rotations,
+                            save_key_means, save_rotations)
 
 KEY_TARGETS = {"query": "qqt", "tensor": "ktk"}                         # key target -> objective in file names
 VALUE_TARGETS = {"surrogate": "sst", "softmax": "sst", "tensor": "vtv"}   # value target -> objective
@@ -97,6 +97,8 @@ class OSCAR(UniformKVQuantizer):
             raise ValueError(f"key_target must be one of {tuple(KEY_TARGETS)}, got '{key_target}'.")
         if value_target not in VALUE_TARGETS:
             raise ValueError(f"value_target must be one of {tuple(VALUE_TARGETS)}, got '{value_target}'.")
+        if compose not in COMPOSE_MODES:
+            raise ValueError(f"compose must be one of {COMPOSE_MODES}, got '{compose}'.")
         self.compose, self.key_target, self.value_target = compose, key_target, value_target
         self.calibration = dict(calibration or {})
         self.rotation_dir, self.center_keys = rotation_dir, bool(center_keys)

@@ -75,6 +75,8 @@ def no_gpu_path(monkeypatch):
     (["quantizer=oscar", "quantizer.calibration.budget=0"], "calibration.budget must be at least 1"),
     (["quantizer=oscar", "quantizer.calibration.source=web"], "Unknown calibration source 'web'"),
     (["quantizer=oscar", "quantizer.key_target=keys"], "key_target must be one of ('query', 'tensor'), got 'keys'"),
+    (["quantizer=oscar", "quantizer.compose=zzz"],
+     "compose must be one of ('r_h_pbr', 'u', 'h', 'u_h', 'none'), got 'zzz'"),
     (["quantizer=oscar", "quantizer.value_target=vtv"],
      "value_target must be one of ('surrogate', 'softmax', 'tensor'), got 'vtv'"),
     (["quantizer=oscar", "quantizer.calibration.source=file", "quantizer.calibration.path=/nonexistent.txt"],
