@@ -12,6 +12,8 @@ import importlib.util
 from harness.quantizer import KVQuantizer
 
 BACKEND_PACKAGES = {"quanto": "optimum.quanto", "hqq": "hqq"}
+BACKEND_NBITS = {"quanto": (2, 4), "hqq": (1, 2, 3, 4, 8)}          # what transformers' QuantizedCache layers accept
+BACKEND_AXES = {"quanto": (0, -1), "hqq": (0, 1)}
 
 
 class HFQuantizedCache(KVQuantizer):
@@ -23,6 +25,12 @@ class HFQuantizedCache(KVQuantizer):
                          axis_key=axis_key, axis_value=axis_value, **options)
         if backend not in BACKEND_PACKAGES:
             raise ValueError(f"hf_quantized_cache backend must be one of {sorted(BACKEND_PACKAGES)}, got '{backend}'.")
+        if nbits not in BACKEND_NBITS[backend]:
+            raise ValueError(f"hf_quantized_cache nbits with the {backend} backend must be one of "
+                             f"{BACKEND_NBITS[backend]}, got {nbits}.")
+        if axis_key not in BACKEND_AXES[backend] or axis_value not in BACKEND_AXES[backend]:
+            raise ValueError(f"hf_quantized_cache axis_key and axis_value with the {backend} backend must be one of "
+                             f"{BACKEND_AXES[backend]}, got {axis_key} and {axis_value}.")
         self.backend, self.nbits, self.group = backend, int(nbits), int(q_group_size)
         self.residual, self.axis_key, self.axis_value = int(residual_length), int(axis_key), int(axis_value)
         self.metadata_bits = int(metadata_bits)
