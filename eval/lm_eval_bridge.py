@@ -71,6 +71,18 @@ def local_task_configs(tasks: list[str], include_path: str | None) -> list:
     return [configs.get(task, task) for task in tasks]
 
 
+def unknown_tasks(tasks: list[str], include_path: str) -> list[str]:
+    """The names in `tasks` that are neither a task, group or tag lm-eval knows (include_path's YAMLs, then its
+    built-in ones, indexed only when a name is not local) nor a YAML file."""
+    from lm_eval.tasks import TaskManager
+    names = [task for task in tasks if not (str(task).endswith(".yaml") and Path(task).is_file())]
+    local = set(TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    if all(name in local for name in names):
+        return []
+    known = set(TaskManager(include_path=include_path, include_defaults=True).all_tasks)
+    return [name for name in names if name not in known]
+
+
 def flatten_results(results: dict) -> dict[str, float]:
     """lm-eval's {task: {"metric,filter": value}} -> {"task/metric": value} (filter kept unless "none")."""
     flat = {}
@@ -123,13 +135,18 @@ class LmEval(Task):
     """Any lm-evaluation-harness task: configs/task/lm_eval.yaml's `_target_`."""
 
     def validate(self) -> None:
-        """lm-eval is installed (an optional extra) and `include_path`, when given, is a folder."""
+        """lm-eval is installed (an optional extra), `include_path`, when given, is a folder, and every task is one
+        lm-eval knows (before any weights load)."""
         super().validate()
         if importlib.util.find_spec("lm_eval") is None:
             raise ValueError("task=lm_eval needs the optional package lm-eval: pip install -e '.[eval]'.")
         include = self.cfg.get("include_path")
         if include and not Path(str(include)).is_dir():
             raise ValueError(f"task.include_path '{include}' is not a folder of lm-eval task YAMLs.")
+        unknown = unknown_tasks([str(t) for t in self.cfg.tasks], str(include or SHIPPED_TASKS))
+        if unknown:
+            raise ValueError(f"task.tasks names {unknown}, which lm-eval does not know (neither in "
+                             f"{include or 'eval/lm_eval_tasks'} nor among its built-in tasks, groups and tags).")
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None, compile_step=False):
         return evaluate(loaded, seam, self.cfg, ctx, seed, paths)

@@ -64,3 +64,10 @@ def test_perplexity_is_scored_in_quantized_context(tmp_path):
 def test_loglikelihood_task_runs_under_a_quantizer(tmp_path):
     rows = {r["metric"]: r for r in _lm_eval_cell("naive_int2", tmp_path, "toy_choice")}
     assert rows["toy_choice/acc"]["status"] == "ok"
+
+
+def test_unknown_tasks_names_only_what_lm_eval_cannot_resolve():
+    """Local task names, YAML files and built-in tasks resolve; built-ins are indexed only for a non-local name."""
+    yaml_path = str(next(Path(TASKS).glob("*.yaml")))
+    assert lm_eval_bridge.unknown_tasks(["toy_qa", yaml_path], TASKS) == []
+    assert lm_eval_bridge.unknown_tasks(["toy_qa", "hellaswag", "no_such_task"], TASKS) == ["no_such_task"]
