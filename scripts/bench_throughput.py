@@ -56,7 +56,7 @@ from harness.decode_clock import synchronize_all  # noqa: E402
 from harness.environment import peak_memory_by_device, reset_peak_memory  # noqa: E402
 from harness.memory_plan import Workload, kv_per_layer  # noqa: E402
 from harness.step_profile import profile_rows  # noqa: E402
-from harness.quantizer import build_quantizer  # noqa: E402
+from harness.quantizer import build_quantizer, known_quantizers  # noqa: E402
 from harness.seam import install  # noqa: E402
 from harness.static_cache import DecodeStep, freeze  # noqa: E402
 
@@ -129,8 +129,14 @@ def row_engine(row_name: str) -> tuple[str, bool, bool, bool]:
 
 def check_rows(row_names: list[str], gpus: int) -> None:
     """ValueError (one sentence) for a row name this run cannot serve, before any model is built."""
+    known = known_quantizers()
     for row_name in row_names:
-        _, _, _, compiled = row_engine(row_name)
+        spec, frozen, _, compiled = row_engine(row_name)
+        name = spec.partition(":")[0]
+        if name not in known and (frozen or spec not in BF16_CACHES):
+            raise ValueError(f"{row_name}: a row is {' or '.join(BF16_CACHES)}, or a quantizer ({', '.join(known)}) "
+                             f"with an optional ':model' and {FROZEN_SUFFIX}, {GRAPH_SUFFIX} or "
+                             f"{GRAPH_SUFFIX}{COMPILE_SUFFIX}.")
         if compiled and gpus > 1:
             raise ValueError(f"{row_name}: {COMPILE_SUFFIX} compiles a step on one GPU and --gpus {gpus} splits the "
                              f"model; use {row_name.removesuffix(COMPILE_SUFFIX)} (one CUDA graph per GPU).")
@@ -420,15 +426,34 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
     return out
 
 
+def positive_ints(text: str) -> list[int]:
+    """argparse type: '1,8' -> [1, 8]; each a positive integer."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers.") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': every value must be at least 1.")
+    return values
+
+
+def positive_int(text: str) -> int:
+    """argparse type: one positive integer."""
+    values = positive_ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not one integer.")
+    return values[0]
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3_4b", choices=MODELS)
     parser.add_argument("--tiny", action="store_true", help="tiny config on CPU (smoke test)")
     parser.add_argument("--gpus", type=int, default=1, help="split the model's layers over this many GPUs")
     parser.add_argument("--quantizers", default="bf16,bf16_static,naive_int2,kivi2,oscar")
-    parser.add_argument("--ctx", default="32768,102400")
-    parser.add_argument("--batch", default="1,8")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--ctx", type=positive_ints, default=[32768, 102400])
+    parser.add_argument("--batch", type=positive_ints, default=[1, 8])
+    parser.add_argument("--steps", type=positive_int, default=10)
     parser.add_argument("--budget-gb", type=float, default=70.0)
     parser.add_argument("--budget-from", default=None,
                         help="a row name: the budget is what its first batch at the longest ctx holds (weights + cache)")
@@ -458,7 +483,7 @@ def main() -> None:
     name = "tiny" if args.tiny else args.model
     model = build_model(name, device, dtype, args.gpus)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    ctxs, batches = [int(c) for c in args.ctx.split(",")], [int(b) for b in args.batch.split(",")]
+    ctxs, batches = args.ctx, args.batch
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []

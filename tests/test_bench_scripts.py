@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -58,6 +60,20 @@ def test_bench_throughput_refuses_a_compiled_step_over_several_gpus_before_build
                            "bf16+frozen,oscar+graph+compile"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "oscar+graph+compile: +compile compiles a step on one GPU" in proc.stderr
     assert "use oscar+graph (one CUDA graph per GPU)" in proc.stderr and "copy bandwidth" not in proc.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--quantizers", "bf16,nope+graph"], "nope+graph: a row is bf16 or bf16_static, or a quantizer ("),
+    (["--quantizers", "bf16_static+graph"], "bf16_static+graph: a row is"),
+    (["--ctx", "4k"], "argument --ctx: '4k' is not a comma-separated list of integers."),
+    (["--batch", "1,0"], "argument --batch: '1,0': every value must be at least 1."),
+    (["--steps", "8,16"], "argument --steps: '8,16' is not one integer."),
+])
+def test_bench_throughput_refuses_bad_rows_and_numbers_in_one_line_before_building_the_model(args, needle):
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--tiny", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-600:]
+    assert "copy bandwidth" not in proc.stdout
 
 
 def test_bench_throughput_budget_from_a_row_fits_that_rows_batch(tmp_path):
