@@ -34,6 +34,7 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
+    from harness.group_choices import bad_group_choice
     from harness.pipeline import CellDoesNotFit, CellError, run_cell
     from report.store import ResultsStore
     from report.summary import summary_text
@@ -42,7 +43,6 @@ finally:
     signal.signal(signal.SIGINT, _sigint_before_imports)
 
 REPO_ROOT = Path(__file__).resolve().parent
-CONFIG_GROUPS = ("model", "quantizer", "task", "ctx", "logger", "debug", "experiment")
 log = logging.getLogger("run")
 FAILED: list[str] = []          # the failed cells of this sweep (launchers that run the cells in this process)
 
@@ -55,19 +55,6 @@ def results_store(results_dir: str) -> ResultsStore:
     """The store at `results_dir`; a relative path is taken from the repository root."""
     path = Path(results_dir)
     return ResultsStore(path if path.is_absolute() else REPO_ROOT / path)
-
-
-def bad_group_choice(argv: list[str]) -> str | None:
-    """One sentence for `group=value` naming no config file of a group (Hydra itself crashes on `ctx=0`)."""
-    for arg in argv:
-        group, sep, value = arg.partition("=")
-        if not sep or group not in CONFIG_GROUPS or value in ("", "null") or any(c in value for c in ",()[]{}"):
-            continue
-        folder = REPO_ROOT / "configs" / group
-        if not (folder / f"{value}.yaml").is_file():
-            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-            return f"{group}={value} names no config in configs/{group}/; known: {known}."
-    return None
 
 
 def report(message: str) -> None:
@@ -126,7 +113,7 @@ def main(cfg: DictConfig) -> None:
 
 def entry() -> None:
     """run.py's command line: group names checked first, Ctrl-C one line, a sweep's failed cells named at the end."""
-    problem = bad_group_choice(sys.argv[1:])
+    problem = bad_group_choice(sys.argv[1:], REPO_ROOT / "configs")
     if problem:
         report(f"error: {problem}")
         sys.exit(2)

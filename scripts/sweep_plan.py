@@ -14,8 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+from hydra.errors import HydraException  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
+from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
+from harness.group_choices import bad_group_choice  # noqa: E402
 from report.sweep_plan import sweep_plan  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -32,5 +35,18 @@ def plan(overrides: list[str]) -> str:
         return sweep_plan(config)
 
 
+def main(argv: list[str]) -> int:
+    """Print the plan; a bad override is one line on stderr and exit status 2."""
+    problem = bad_group_choice(argv, CONFIGS)
+    if problem is None:
+        try:
+            print(plan(argv))
+            return 0
+        except (HydraException, OmegaConfBaseException) as err:
+            problem = " ".join(line.strip() for line in str(err).strip().splitlines()[:2])
+    print(f"error: {problem}", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    print(plan(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -66,6 +66,27 @@ def test_the_script_prints_the_paper_main_plan():
     assert "qwen3_32b" in out and "unknown" in out
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["experiment=nope"], "experiment=nope names no config in configs/experiment/; known: fidelity,"),
+    (["experiment=paper_main", "quantizer=bf16,zzz"], "quantizer=zzz names no config in configs/quantizer/"),
+    (["nope"], "Error parsing override 'nope'"),
+    (["quantizer.nokey=3"], "Could not override 'quantizer.nokey'. To append to your config use +quantizer.nokey=3"),
+])
+def test_the_script_refuses_a_bad_override_in_one_line(args, needle):
+    """experiment is an optional group: Hydra alone drops an unknown choice of it and prints the default plan."""
+    proc = subprocess.run([sys.executable, "scripts/sweep_plan.py", *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith(f"error: {needle}"), proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_sweep_naming_an_unknown_choice_runs_no_cell(tmp_path):
+    proc = subprocess.run([sys.executable, "run.py", "-m", "debug=tiny", "quantizer=bf16,zzz",
+                           f"results_dir={tmp_path / 'store'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "quantizer=zzz names no config in configs/quantizer/" in proc.stderr
+    assert not (tmp_path / "store").exists() and "tiny_qwen3 | bf16" not in proc.stdout
+
+
 def test_a_multirun_prints_the_plan_before_its_first_cell(tmp_path):
     out = subprocess.run([sys.executable, "run.py", "-m", "debug=tiny", "quantizer=bf16,naive_int2",
                           "task.samples=1", "task.max_new_tokens=2", f"results_dir={tmp_path / 'store'}",
