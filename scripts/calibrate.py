@@ -8,7 +8,7 @@ The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ 
 v_rotation_sst_<compose>.pt, key_mean_qqt_<compose>.pt for quantizer.center_keys=true; ktk / vtv in place of
 qqt / sst with quantizer.key_target=tensor / quantizer.value_target=tensor), where `python run.py quantizer=oscar`
 finds them; pass `quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as
-run.py.
+run.py, with `quantizer=oscar` as the default quantizer (run.py's is bf16).
 """
 import sys
 from pathlib import Path
@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.group_choices import bad_group_choice  # noqa: E402
 from harness.models import load_model  # noqa: E402
 from harness.pipeline import resolve_device  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
@@ -46,5 +47,15 @@ def main(cfg: DictConfig) -> None:
         print(f"{path}  ({len(load_key_means(path))} layers, read with quantizer.center_keys=true)")
 
 
+def with_oscar_default(argv: list[str]) -> list[str]:
+    """argv with `quantizer=oscar` added when it names no quantizer (run.py's default is bf16)."""
+    return argv if any(arg.startswith("quantizer=") for arg in argv) else [*argv, "quantizer=oscar"]
+
+
 if __name__ == "__main__":
+    sys.argv[1:] = with_oscar_default(sys.argv[1:])
+    problem = bad_group_choice(sys.argv[1:], Path(__file__).resolve().parents[1] / "configs")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

@@ -93,7 +93,7 @@ def test_debug_tiny_leaves_the_committed_results_untouched(tmp_path):
 
 def test_calibrate_script_writes_rotationzoo_files(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OSCAR_CACHE=str(tmp_path))
-    proc = subprocess.run([sys.executable, "scripts/calibrate.py", "model=tiny_qwen3", "quantizer=oscar",
+    proc = subprocess.run([sys.executable, "scripts/calibrate.py", "model=tiny_qwen3",      # quantizer=oscar: default
                            "quantizer.calibration.budget=512", "quantizer.calibration.seq_len=256",
                            f"hydra.run.dir={tmp_path / 'hy'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -102,3 +102,11 @@ def test_calibrate_script_writes_rotationzoo_files(tmp_path):
     assert [f.name for f in files] == ["k_rotation_qqt_r_h_pbr.pt", "key_mean_qqt_r_h_pbr.pt",
                                        "v_rotation_sst_r_h_pbr.pt"]
     assert "(2 layers)" in proc.stdout
+
+
+def test_calibrate_script_refuses_an_unknown_model_and_a_quantizer_other_than_oscar(tmp_path):
+    for args, needle in ((["model=nope"], "error: model=nope names no config in configs/model/"),
+                         (["quantizer=bf16"], "error: scripts/calibrate.py calibrates quantizer=oscar only.")):
+        proc = subprocess.run([sys.executable, "scripts/calibrate.py", *args, f"hydra.run.dir={tmp_path / 'hy'}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-600:]
