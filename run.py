@@ -34,7 +34,7 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from harness.group_choices import bad_group_choice
+    from harness.cli_args import bad_group_choice
     from harness.pipeline import CellDoesNotFit, CellError, run_cell
     from report.store import ResultsStore
     from report.summary import summary_text

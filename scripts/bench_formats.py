@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
+from harness.cli_args import kernel_head_dims, positive_int, positive_ints  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig  # noqa: E402
@@ -98,6 +99,14 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     if changes or fmt in LAUNCH_CHANGES:
         spec_kw["config"] = replace(format_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
     return lambda: ops.decode_attention(*args, **spec_kw)
+
+
+def batch_ctx_points(text: str) -> list[tuple[int, int]]:
+    """argparse type: '1:32768,8:32768' -> [(1, 32768), (8, 32768)]."""
+    points = [point.partition(":") for point in text.split(",")]
+    if any(not sep for _, sep, _ in points):
+        raise argparse.ArgumentTypeError(f"'{text}': each point is batch:ctx, e.g. 8:32768.")
+    return [(positive_int(batch), positive_int(ctx)) for batch, _, ctx in points]
 
 
 def parse_launches(text: str) -> list[dict]:
@@ -163,10 +172,12 @@ def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head-dims", default="64,128,256")
-    parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
-    parser.add_argument("--points", default="1:32768,8:32768,32:102400", help="batch:ctx,...")
-    parser.add_argument("--q-tokens", type=int, default=1, help="query tokens per sequence (a verification step)")
+    parser.add_argument("--head-dims", type=kernel_head_dims, default=[64, 128, 256])
+    parser.add_argument("--group", type=positive_int, default=4, help="query heads per KV head")
+    parser.add_argument("--points", type=batch_ctx_points, default=[(1, 32768), (8, 32768), (32, 102400)],
+                        help="batch:ctx,...")
+    parser.add_argument("--q-tokens", type=positive_int, default=1,
+                        help="query tokens per sequence (a verification step)")
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--launch", default="", help="launch variants of every format, e.g. "
                         "'block_n=128,num_warps=8;num_stages=3' (DecodeConfig fields changed from its default)")
@@ -180,10 +191,9 @@ def main() -> None:
         raise SystemExit(f"Unknown format(s) {unknown}; known: {', '.join(FORMATS)}.")
     copy_tbs = copy_bandwidth()
     rows = []
-    for d in (int(v) for v in args.head_dims.split(",")):
+    for d in args.head_dims:
         shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d, args.q_tokens)
-        for point in args.points.split(","):
-            batch, ctx = (int(v) for v in point.split(":"))
+        for batch, ctx in args.points:
             point_rows = bench_point(shape, batch, ctx, formats, copy_tbs, launches)
             rows += point_rows
             print("rows:", json.dumps(point_rows), flush=True)

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, bf16_kernel_args, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_call, decode_inputs, graph_ms, int_spec, point_grid, point_launch,
                            sdpa_call)
+from harness.cli_args import kernel_head_dims, positive_ints  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
 
 KV_HEADS = 8
@@ -126,16 +127,12 @@ def from_json(paths: list[str]) -> str:
     return "\n\n".join(parts)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head-dims", default="64,128,256")
-    parser.add_argument("--groups", default="1,3,4,8,12,16")
-    parser.add_argument("--batches", default="1,3,8,32")
-    parser.add_argument("--ctxs", default="1024,8192,32768,102400")
+    parser.add_argument("--head-dims", type=kernel_head_dims, default=[64, 128, 256])
+    parser.add_argument("--groups", type=positive_ints, default=[1, 3, 4, 8, 12, 16], help="query heads per KV head")
+    parser.add_argument("--batches", type=positive_ints, default=[1, 3, 8, 32])
+    parser.add_argument("--ctxs", type=positive_ints, default=[1024, 8192, 32768, 102400])
     parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
     args = parser.parse_args()
     if args.from_json:
@@ -146,14 +143,14 @@ def main() -> None:
         return
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernel_grid.py needs a CUDA GPU.")
-    shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d) for d in _ints(args.head_dims) for g in _ints(args.groups)]
+    shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d) for d in args.head_dims for g in args.groups]
     failures = [f for shape in shapes for f in check_shape(shape)]
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth()
     rows = []
     for shape in shapes:
-        for batch in _ints(args.batches):
-            for ctx in _ints(args.ctxs):
+        for batch in args.batches:
+            for ctx in args.ctxs:
                 rows.append(bench_point(shape, batch, ctx, copy_tbs))
                 print("row:", json.dumps(rows[-1]), flush=True)
     device = torch.cuda.get_device_name()

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import placement  # noqa: E402
 from harness.cache import ThreeRegionLayer  # noqa: E402
+from harness.cli_args import positive_int, positive_ints  # noqa: E402
 from harness.decode_clock import synchronize_all  # noqa: E402
 from harness.environment import peak_memory_by_device, reset_peak_memory  # noqa: E402
 from harness.memory_plan import Workload, kv_per_layer  # noqa: E402
@@ -424,25 +425,6 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
             if base_tps:
                 r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_tps, 2)
     return out
-
-
-def positive_ints(text: str) -> list[int]:
-    """argparse type: '1,8' -> [1, 8]; each a positive integer."""
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers.") from None
-    if min(values) < 1:
-        raise argparse.ArgumentTypeError(f"'{text}': every value must be at least 1.")
-    return values
-
-
-def positive_int(text: str) -> int:
-    """argparse type: one positive integer."""
-    values = positive_ints(text)
-    if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not one integer.")
-    return values[0]
 
 
 def parse_args():

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.group_choices import bad_group_choice  # noqa: E402
+from harness.cli_args import bad_group_choice  # noqa: E402
 from harness.models import load_model  # noqa: E402
 from harness.pipeline import resolve_device  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402

@@ -18,7 +18,7 @@ from hydra.errors import HydraException  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 
-from harness.group_choices import bad_group_choice  # noqa: E402
+from harness.cli_args import bad_group_choice  # noqa: E402
 from report.sweep_plan import sweep_plan  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -76,6 +76,17 @@ def test_bench_throughput_refuses_bad_rows_and_numbers_in_one_line_before_buildi
     assert "copy bandwidth" not in proc.stdout
 
 
+@pytest.mark.parametrize("script, args, needle", [
+    ("bench_kernel_grid.py", ["--head-dims", "96"], "argument --head-dims: '96': the kernels take head_dim 64, 128"),
+    ("bench_kernel_grid.py", ["--batches", "0"], "argument --batches: '0': every value must be at least 1."),
+    ("bench_formats.py", ["--points", "8x32768"], "argument --points: '8x32768': each point is batch:ctx"),
+])
+def test_kernel_benchmarks_refuse_bad_shapes_in_one_line_without_a_gpu(script, args, needle):
+    proc = subprocess.run([sys.executable, f"scripts/{script}", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-600:]
+
+
 def test_bench_throughput_budget_from_a_row_fits_that_rows_batch(tmp_path):
     """--budget-from bf16+frozen: BF16's own batch fills the budget, the INT2 cache fits several times more."""
     import json

@@ -1,0 +1,28 @@
+"""harness/cli_args.py: command-line checks that answer in one sentence before anything is built."""
+import argparse
+from pathlib import Path
+
+import pytest
+
+from harness.cli_args import bad_group_choice, kernel_head_dims, positive_int, positive_ints
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_every_choice_of_a_group_and_of_a_sweep_list_needs_its_config_file():
+    assert bad_group_choice(["quantizer=oscar", "ctx=4k", "quantizer=ablation/oscar_h", "seed=0,1"], CONFIGS) is None
+    assert bad_group_choice(["-m", "quantizer=bf16,oscar", "experiment=null", "+model.x=1"], CONFIGS) is None
+    assert bad_group_choice(["quantizer=glob(*)", "ctx=choice(4k,8k)"], CONFIGS) is None      # sweep functions
+    problem = bad_group_choice(["ctx=4k", "quantizer=bf16,zzz"], CONFIGS)
+    assert problem.startswith("quantizer=zzz names no config in configs/quantizer/; known: bf16, hf_quantized_cache,")
+    assert bad_group_choice(["experiment=nope"], CONFIGS).startswith("experiment=nope names no config")
+
+
+def test_integer_list_types_refuse_text_zero_and_lists_where_one_is_asked():
+    assert positive_ints("1,8") == [1, 8] and positive_int("16") == 16 and kernel_head_dims("64,256") == [64, 256]
+    for parse, text, needle in ((positive_ints, "4k", "not a comma-separated list of integers"),
+                                (positive_ints, "1,0", "every value must be at least 1"),
+                                (positive_int, "8,16", "is not one integer"),
+                                (kernel_head_dims, "128,96", "the kernels take head_dim 64, 128, 256")):
+        with pytest.raises(argparse.ArgumentTypeError, match=needle):
+            parse(text)
