@@ -184,7 +184,8 @@ class ResultsStore:
 
     def check_writable(self) -> None:
         """ValueError (one sentence) unless rows can be written under results_dir: checked before a cell computes,
-        writing nothing (the nearest existing folder of results_dir/rows must be a writable folder)."""
+        leaving nothing behind (the nearest existing folder of results_dir/rows must take a new folder: a trial
+        one is made and removed, since permissions alone pass root, or a folder of /proc, by)."""
         target = self.results_dir / "rows"
         existing = next(path for path in (target, *target.parents) if path.exists())
         if not existing.is_dir():
@@ -192,7 +193,11 @@ class ResultsStore:
         elif not os.access(existing, os.W_OK | os.X_OK):
             problem = f"'{existing}' is read-only"
         else:
-            return
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
+                return
+            except OSError as err:
+                problem = f"'{existing}' takes no new folder: {err.strerror}"
         raise ValueError(f"results_dir '{self.results_dir}' cannot be written ({problem}); pass a writable folder "
                          f"with results_dir=DIR.")
 

@@ -114,6 +114,15 @@ def test_an_unwritable_results_dir_is_refused_before_the_cell_computes(tmp_path,
         pipeline.run_cell(cfg, ResultsStore(blocker))
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_that_takes_no_new_folder_is_refused_whoever_runs(tmp_path):
+    """/proc passes a permission check for root, yet takes no folder: the rows would be lost after the cell ran."""
+    with pytest.raises(ValueError, match="results_dir '/proc/oscar-results' cannot be written"):
+        ResultsStore("/proc/oscar-results").check_writable()
+    ResultsStore(tmp_path / "new").check_writable()
+    assert list(tmp_path.iterdir()) == []                  # the trial folder is gone, nothing was created
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_results_dir_is_refused(tmp_path):
     (tmp_path / "rows").mkdir()
