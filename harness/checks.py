@@ -15,6 +15,7 @@ from pathlib import Path
 KERNEL_MODES = ("auto", "triton", "reference")
 STATIC_DECODE_MODES = ("auto", "on", "off")
 COMPILE_STEP_MODES = ("auto", "on", "off")
+MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")     # auto: float32 on the CPU, bfloat16 on CUDA
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 
@@ -86,7 +87,8 @@ def compile_step_enabled(setting: str, device: str, graph: bool = True) -> bool:
 
 def check_model_source(model_cfg) -> dict:
     """A local model folder holds a readable config.json, weights and a tokenizer (its config.json is returned);
-    offline, a hub id must be cached ({} returned for other sources)."""
+    offline, a hub id must be cached ({} returned for other sources); model.dtype is a floating dtype."""
+    _choice(model_cfg.get("dtype", "auto"), "model.dtype", MODEL_DTYPES)
     if model_cfg.get("source") == "local":
         if not model_cfg.get("path"):
             raise ValueError("A local model needs model.path=DIR (a folder with config.json, weights and a tokenizer).")

@@ -82,6 +82,7 @@ def no_gpu_path(monkeypatch):
     (["quantizer=hf_quantized_cache", "quantizer.backend=hqq", "quantizer.axis_key=-1"],
      "axis_key and axis_value with the hqq backend must be one of (0, 1), got -1 and 0"),
     (["task=lm_eval", "task.tasks=[toy_qa,nope]"], "task.tasks names ['nope'], which lm-eval does not know"),
+    (["model.dtype=int8"], "model.dtype=int8 is not one of"),
     (["quantizer=oscar", "quantizer.value_target=vtv"],
      "value_target must be one of ('surrogate', 'softmax', 'tensor'), got 'vtv'"),
     (["quantizer=oscar", "quantizer.calibration.source=file", "quantizer.calibration.path=/nonexistent.txt"],
