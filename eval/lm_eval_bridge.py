@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from harness.checks import list_option
 from harness.quantized_context import quantized_context_logits, quantizes_cache
 from harness.task import Task
 
@@ -143,7 +144,7 @@ class LmEval(Task):
         include = self.cfg.get("include_path")
         if include and not Path(str(include)).is_dir():
             raise ValueError(f"task.include_path '{include}' is not a folder of lm-eval task YAMLs.")
-        unknown = unknown_tasks([str(t) for t in self.cfg.tasks], str(include or SHIPPED_TASKS))
+        unknown = unknown_tasks(list_option(self.cfg.tasks, "task.tasks"), str(include or SHIPPED_TASKS))
         if unknown:
             raise ValueError(f"task.tasks names {unknown}, which lm-eval does not know (neither in "
                              f"{include or 'eval/lm_eval_tasks'} nor among its built-in tasks, groups and tags).")

@@ -23,7 +23,7 @@ import string
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from harness.checks import integer_option
+from harness.checks import integer_option, list_option
 from harness.task import Example, GenerationTask, check_task_data
 
 _MULTI_DOC = ("Answer the question based on the given passages. Only give me the answer and do not output any "
@@ -248,8 +248,9 @@ class LongBench(GenerationTask):
     def validate(self) -> None:
         """Known subsets, and data that is reachable (a local data_path, or the hub)."""
         super().validate()
-        if self.cfg.get("subsets"):
-            _check_subsets(list(self.cfg.subsets), bool(self.cfg.get("longbench_e", False)))
+        subsets = list_option(self.cfg.get("subsets"), "task.subsets")
+        if subsets:
+            _check_subsets(subsets, bool(self.cfg.get("longbench_e", False)))
         check_task_data(self.name, self.cfg.get("data_path"), self.cfg.get("hf_dataset", "Xnhyacinth/LongBench"),
                         "tests/fixtures/longbench_tiny.jsonl")
         if self.cfg.get("max_new_tokens") is not None:

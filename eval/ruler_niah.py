@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from eval import ruler_data
-from harness.checks import integer_option
+from harness.checks import integer_option, list_option
 from harness.task import Example, GenerationTask
 
 TEMPLATE = ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
@@ -268,7 +268,7 @@ class RulerNiah(GenerationTask):
     def validate(self) -> None:
         """Known variants, a known essay split, a generation budget of at least one token."""
         super().validate()
-        unknown = [name for name in self.cfg.get("variants") or [] if name not in VARIANTS]
+        unknown = [name for name in list_option(self.cfg.get("variants"), "task.variants") if name not in VARIANTS]
         if unknown:
             raise ValueError(f"Unknown RULER NIAH variant(s) {unknown}; known: {sorted(VARIANTS)}.")
         if self.cfg.get("essays", "heldout") not in ("heldout", "all"):

@@ -30,6 +30,16 @@ def integer_option(value, key: str, minimum: int | None = None) -> int:
     return number
 
 
+def list_option(value, key: str) -> list[str]:
+    """`value` (a config list, or None) as a list of str; ValueError naming `key` for a bare word, which would
+    otherwise be read letter by letter (`task.variants=niah_single_1` where `[niah_single_1]` was meant)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise ValueError(f"{key} is a list: {key}=[{value}].")
+    return [str(item) for item in value]
+
+
 def _choice(value, key: str, choices: tuple[str, ...]) -> str:
     if str(value) not in choices:
         raise ValueError(f"{key}={value} is not one of {', '.join(choices)}.")
