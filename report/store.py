@@ -185,7 +185,7 @@ class ResultsStore:
     def check_writable(self) -> None:
         """ValueError (one sentence) unless rows can be written under results_dir: checked before a cell computes,
         leaving nothing behind (the nearest existing folder of results_dir/rows must take a new folder: a trial
-        one is made and removed, since permissions alone pass root, or a folder of /proc, by)."""
+        one is made and removed, as permissions alone would let root, or a folder under /proc, through)."""
         target = self.results_dir / "rows"
         existing = next(path for path in (target, *target.parents) if path.exists())
         if not existing.is_dir():
