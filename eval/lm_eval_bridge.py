@@ -13,6 +13,7 @@ offline.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -72,15 +73,22 @@ def local_task_configs(tasks: list[str], include_path: str | None) -> list:
     return [configs.get(task, task) for task in tasks]
 
 
+@functools.lru_cache(maxsize=4)
+def task_manager(include_path: str | None, include_defaults: bool):
+    """lm-eval's task index, built once per (include_path, include_defaults) in a process: indexing its ~14k built-in
+    task YAMLs takes seconds, and a cell's validation and its run both need it."""
+    from lm_eval.tasks import TaskManager
+    return TaskManager(include_path=include_path, include_defaults=include_defaults)
+
+
 def unknown_tasks(tasks: list[str], include_path: str) -> list[str]:
     """The names in `tasks` that are neither a task, group or tag lm-eval knows (include_path's YAMLs, then its
     built-in ones, indexed only when a name is not local) nor a YAML file."""
-    from lm_eval.tasks import TaskManager
     names = [task for task in tasks if not (str(task).endswith(".yaml") and Path(task).is_file())]
-    local = set(TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    local = set(task_manager(include_path, False).all_tasks)
     if all(name in local for name in names):
         return []
-    known = set(TaskManager(include_path=include_path, include_defaults=True).all_tasks)
+    known = set(task_manager(include_path, True).all_tasks)
     return [name for name in names if name not in known]
 
 
@@ -107,13 +115,12 @@ def run_lm_eval(model, tokenizer, new_cache, tasks: list[str], include_path: str
     requests are scored in quantized context (harness/quantized_context.py) and counted in `paths`.
     """
     from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
 
     lm = _cached_hflm_class()(new_cache, quantizer=quantizer, paths=paths, pretrained=model, tokenizer=tokenizer,
                               batch_size=batch_size, max_length=max_length)
     specs = local_task_configs(tasks, include_path)
-    # indexing lm-eval's ~14k built-in task YAMLs takes ~10 s on a small CPU: only when a task needs them
-    manager = TaskManager(include_path=include_path, include_defaults=any(isinstance(s, str) for s in specs))
+    # built-in task YAMLs are indexed only when a task needs them (`task_manager`)
+    manager = task_manager(include_path, any(isinstance(s, str) for s in specs))
     output = simple_evaluate(model=lm, tasks=specs, limit=limit,
                              task_manager=manager, log_samples=False, bootstrap_iters=0,
                              random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,

@@ -71,3 +71,12 @@ def test_unknown_tasks_names_only_what_lm_eval_cannot_resolve():
     yaml_path = str(next(Path(TASKS).glob("*.yaml")))
     assert lm_eval_bridge.unknown_tasks(["toy_qa", yaml_path], TASKS) == []
     assert lm_eval_bridge.unknown_tasks(["toy_qa", "hellaswag", "no_such_task"], TASKS) == ["no_such_task"]
+
+
+def test_the_task_index_is_built_once_for_validation_and_the_run():
+    """Indexing lm-eval's built-in tasks takes seconds: a cell's validate() and its run share one index."""
+    lm_eval_bridge.task_manager.cache_clear()
+    assert lm_eval_bridge.unknown_tasks(["toy_qa"], TASKS) == []
+    first = lm_eval_bridge.task_manager(TASKS, False)
+    assert lm_eval_bridge.task_manager(TASKS, False) is first
+    assert lm_eval_bridge.task_manager.cache_info().misses == 1
