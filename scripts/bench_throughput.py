@@ -112,6 +112,7 @@ BF16_CACHES = ("bf16", "bf16_static")
 GRAPH_SUFFIX = "+graph"    # e.g. oscar+graph: frozen cache, decode step replayed as one CUDA graph
 FROZEN_SUFFIX = "+frozen"  # e.g. oscar+frozen: the same frozen cache, each step run eagerly
 COMPILE_SUFFIX = "+compile"  # after +graph: that step with the model's RMSNorms, MLPs and RoPE compiled
+WARMUP_STEPS = 2           # untimed steps (compilation, graph capture) of a cache without pages, and on the CPU
 STATIC_SLACK = 16          # StaticCache rows beyond ctx + timed steps: warm-up and profiled steps append too
 
 
@@ -215,7 +216,7 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
     return make_step
 
 
-def time_steps(make_step, steps: int, device, warmup: int = 2) -> tuple[float, float]:
+def time_steps(make_step, steps: int, device, warmup: int = WARMUP_STEPS) -> tuple[float, float]:
     """(median, mean) ms of `steps` decode steps, after `warmup` untimed ones (compilation, graph capture; with a
     demotion among them, its kernels' compilation too). The median is the steady step; the mean, over a whole number
     of demotion pages (`whole_pages`), what a generated token costs when every step waits for the one before (each
@@ -240,7 +241,7 @@ def whole_pages(steps: int, quantizer) -> tuple[int, int]:
     compiles its kernels and the second captures it: harness.demotion_graph). (CPU runs, smoke tests of the logic,
     keep `steps` after two.)"""
     page = getattr(quantizer, "page_tokens", None)
-    return (steps, 2) if page is None else (-(-steps // page) * page, 2 * page + 1)
+    return (steps, WARMUP_STEPS) if page is None else (-(-steps // page) * page, 2 * page + 1)
 
 
 def profiled(make_step) -> dict:
@@ -280,7 +281,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         torch.cuda.empty_cache()
         reset_peak_memory()
     before = gpu_allocated()
-    warmup = 2
+    warmup = WARMUP_STEPS
     if quantizer_name in BF16_CACHES:
         cache = DynamicCache(config=cfg) if quantizer_name == "bf16" else \
             StaticCache(config=cfg, max_cache_len=ctx + steps + STATIC_SLACK)
@@ -290,7 +291,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
-        steps, warmup = whole_pages(steps, quantizer) if device == "cuda" else (steps, 2)   # CPU: a smoke run
+        steps, warmup = whole_pages(steps, quantizer) if device == "cuda" else (steps, warmup)   # CPU: a smoke run
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype)
