@@ -44,10 +44,13 @@ def positive_ints(text: str) -> list[int]:
 
 def positive_int(text: str) -> int:
     """argparse type: one positive integer."""
-    values = positive_ints(text)
-    if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"'{text}' is not one integer.")
-    return values[0]
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not one integer.") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1.")
+    return value
 
 
 def kernel_head_dims(text: str) -> list[int]:

@@ -363,7 +363,10 @@ def _allocate_or_check(x, spec, out, any_rows: bool = False):
     for name, t, shape, want in zip(("codes", "scale", "zero"), out, (codes_shape, meta_shape, meta_shape),
                                     (torch.uint8, dtype, dtype)):
         got = list(t.shape)
-        fits = got[:-2] + got[-1:] == shape[:-2] + shape[-1:] and got[-2] >= shape[-2] if any_rows else got == shape
+        if any_rows:                                            # every dim as x's but the token-like one, >= x's
+            fits = got[:-2] + got[-1:] == shape[:-2] + shape[-1:] and got[-2] >= shape[-2]
+        else:
+            fits = got == shape
         if not fits or t.dtype != want or t.device != x.device:
             raise ValueError(f"out {name} must be {want} {shape} on {x.device}"
                              f"{' (any rows at dim -2)' if any_rows else ''}, got {t.dtype} {got}.")
