@@ -82,9 +82,17 @@ def our_rows(name: str, payload: dict) -> list[list[str]]:
             continue
         cells = [_ratio(_ms(rows, base, b, ctx, measure), _ms(rows, oscar, b, ctx, measure)) for b in BATCHES]
         budget = _ratio(_budget_tps(payload, oscar), _budget_tps(payload, base))
-        built.append([f"ours, {oscar} vs {label} ({name}, {payload.get('date', '?')}, ctx {ctx}, {measure} step)",
-                      *cells, budget])
+        built.append([f"ours, {oscar} vs {label} ({name}, {gpu_name(payload)}, {payload.get('date', '?')}, "
+                      f"ctx {ctx}, {measure} step)", *cells, budget])
     return built
+
+
+def gpu_name(payload: dict) -> str:
+    """The GPU a run measured on, as its payload names it without the vendor ("H100 80GB HBM3", "2 x H200");
+    "GPU not recorded" for runs that predate the field. Runs on different GPUs are not comparable (their copy
+    bandwidths differ), so every row names its own."""
+    device = payload.get("device")
+    return device.replace("NVIDIA ", "") if device else "GPU not recorded"
 
 
 def paper_row(paper: pd.DataFrame, model: str) -> list[str]:
@@ -103,8 +111,9 @@ def throughput_table(bench_dir: Path, paper: pd.DataFrame) -> Table:
                 for row in our_rows(name, payload)]
         blocks.append(Block(PAPER_LABELS[model], HEADER, [paper_row(paper, model), *ours]))
     notes = ["Paper values: results/paper/oscar_paper.yaml (P Fig. 6, METHOD_OSCAR.md §11.4; H100, 100K context). "
-             "Ours: python scripts/bench_throughput.py (commands in results/bench/bench_throughput.md), on one H100, "
-             "random weights with the model's shapes, 102400 tokens.",
+             "Ours: python scripts/bench_throughput.py (commands in results/bench/bench_throughput.md and the .md beside "
+             "each JSON), on the GPU each row names (rows of different GPUs do not compare: their memory bandwidths "
+             "differ), random weights with the model's shapes, the context each row names.",
              "BS=b: BF16's ms per decode step over OSCAR's at batch b in the same run. Same budget: tokens/s of each "
              "at the largest batch that fits the run's memory budget (OSCAR's over BF16's); the paper's BS=8 and "
              "BS=32 are such job-level throughputs at those batches.",

@@ -106,7 +106,7 @@ def test_the_paper_file_is_the_default():
     assert PAPER_FILE.is_file() and not math.isnan(load_paper(PAPER_FILE)["value"].sum())
 
 
-def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",), oscar_budget_batch=27):
+def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",), oscar_budget_batch=27, device=None):
     rows = [{"quantizer": q, "batch": b, "ctx": 102400, "ms_per_step": ms, "tokens_per_s": b * 1e3 / ms}
             for q, b, ms in (("bf16+graph", 1, 12.0), ("oscar:model+graph", 1, 8.0), ("bf16_static", 1, 80.0),
                              ("bf16+graph", 8, 40.0), ("oscar:model+graph", 8, 10.0))]
@@ -114,8 +114,8 @@ def _bench_run(path, model="qwen3_4b", argv=("scripts/bench_throughput.py",), os
               {"quantizer": "oscar:model+graph", "batch": oscar_budget_batch, "tokens_per_s": 550.0,
                "max_batch_in_budget": 27},
               {"quantizer": "bf16_static", "batch": 4, "tokens_per_s": 50.0}]
-    path.write_text(json.dumps({"model": model, "date": "2026-11-25", "argv": list(argv), "rows": rows,
-                                "same_budget": budget}))
+    payload = {"model": model, "date": "2026-11-25", "argv": list(argv), "rows": rows, "same_budget": budget}
+    path.write_text(json.dumps(payload if device is None else {**payload, "device": device}))
 
 
 def test_throughput_table_puts_each_engines_speedup_beside_the_paper(tmp_path):
@@ -147,6 +147,19 @@ def test_throughput_table_takes_the_mean_step_where_the_run_has_it(tmp_path):
     _, same_engine, stock = throughput_table(tmp_path, load_paper()).blocks[0].rows
     assert "mean step" in same_engine[0] and same_engine[1:3] == ["0.75×", "2.00×"]
     assert stock[1] == "5.00×"
+
+
+def test_throughput_rows_name_their_gpu(tmp_path):
+    """Runs on an H100 and an H200 sit in one block: each row names its GPU (their bandwidths differ), and a run
+    from before the device field says it was not recorded."""
+    from report.paper_throughput import throughput_table
+    _bench_run(tmp_path / "a_h100.json", device="NVIDIA H100 80GB HBM3")
+    _bench_run(tmp_path / "b_h200.json", device="NVIDIA H200")
+    _bench_run(tmp_path / "c_old.json")
+    labels = [row[0] for row in throughput_table(tmp_path, load_paper()).blocks[0].rows[1:]]
+    assert all("NVIDIA" not in label for label in labels)
+    for name, gpu in (("a_h100.json", "H100 80GB HBM3"), ("b_h200.json", "H200"), ("c_old.json", "GPU not recorded")):
+        assert sum(f"({name}, {gpu}, 2026-11-25," in label for label in labels) == 2     # bf16+graph and StaticCache
 
 
 PAPER_SAMPLING = {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 40}
