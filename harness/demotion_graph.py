@@ -12,7 +12,10 @@ from the device lengths (`PackedHistory.write_at`). The first demotion of a layo
 same Python either way (`PackedHistory.count_appended`).
 
 A layout is graphed when every sequence demotes the same count at the same fp rows (one recent count, sink and fp
-start; the histories' lengths may differ), so no per-sequence index is built on the host.
+start; the histories' lengths may differ), so no per-sequence index is built on the host. A cache split over several
+GPUs (a segmented decode, harness/segmented_graph.py) has one graph per GPU and layout: each holds that GPU's layers
+and its mirror of the lengths, and replays on that GPU's current stream, so it runs after the GPU's part of the
+previous step and before its part of the next.
 """
 from __future__ import annotations
 
@@ -28,22 +31,22 @@ MAX_LAYOUTS = 4          # graphs kept; a static decode has one layout once its 
 def demotion_graph_refusal(state) -> str | None:
     """Why a frozen cache's demotions cannot be graphed (one sentence), or None."""
     layers = state.layers
-    if len(state.mirrors) != 1 or not next(iter(state.mirrors)).startswith("cuda"):
-        return "graphed demotions need the frozen cache on one CUDA device."
+    if not all(device.startswith("cuda") for device in state.mirrors):
+        return "graphed demotions need the frozen cache on CUDA devices."
     if any(layer.history_k is None or not layer.use_kernels for layer in layers):
         return "graphed demotions need packed histories written by the kernels."
     return None
 
 
 class DemotionGraphs:
-    """One CUDA graph per demotion layout of a frozen cache (capture=False: the same device work, eager; for tests
-    on CPU)."""
+    """Per demotion layout, one CUDA graph per GPU of a frozen cache (capture=False: the same device work, eager; for
+    tests on CPU)."""
 
     def __init__(self, state, capture: bool = True):
         self.state = weakref.proxy(state)   # the state holds this: no cycle, so dropping a cache frees its graphs at once
         self.capture = capture              # (a cyclic collection could release them inside a later graph's capture)
         self.seen: set[tuple] = set()
-        self.graphs: dict[tuple, tuple] = {}              # layout -> (CUDAGraph, trim)
+        self.graphs: dict[tuple, tuple[dict[str, torch.cuda.CUDAGraph], int]] = {}   # layout -> ({GPU: graph}, trim)
 
     def layout(self, counts: list[int]) -> tuple | None:
         """(fp rows in use, sink, recent, fp start, count) shared by every sequence; None where they differ."""
@@ -59,23 +62,34 @@ class DemotionGraphs:
         if layout is None:
             return None
         if layout in self.graphs:
-            graph, trim = self.graphs[layout]
-            graph.replay()
+            graphs, trim = self.graphs[layout]
+            _replay(graphs)
         elif self.capture and layout in self.seen and len(self.graphs) < MAX_LAYOUTS:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                trim = self._device_work(counts)
-            graph.replay()
-            self.graphs[layout] = (graph, trim)
+            graphs = {device: torch.cuda.CUDAGraph() for device in self.state.mirrors}
+            for device, graph in graphs.items():
+                with torch.cuda.device(device), torch.cuda.graph(graph):
+                    trim = self._device_work(counts, device)
+            _replay(graphs)
+            self.graphs[layout] = (graphs, trim)
         else:
             self.seen.add(layout)
-            trim = self._device_work(counts)
+            for device in self.state.mirrors:
+                trim = self._device_work(counts, device)
         for layer in self.state.layers:
             layer.history_k.count_appended(counts)
             layer.history_v.count_appended(counts)
         return trim
 
-    def _device_work(self, counts: list[int]) -> int:
-        """Every layer's demotion with the histories written at the device lengths (read when the work runs)."""
-        offsets = DeviceOffsets(self.state.hist_len)      # from the tokens each history holds before this page
-        return self.state.demote_on_device(counts, write=lambda history, rows: history.write_at(rows, offsets))
+    def _device_work(self, counts: list[int], device: str) -> int:
+        """The demotion of every layer on `device` with the histories written at the device lengths (read when the
+        work runs) of that GPU's mirror."""
+        offsets = DeviceOffsets(self.state.mirrors[device].hist_len)   # the tokens each history holds before this page
+        return self.state.demote_on_device(counts, write=lambda history, rows: history.write_at(rows, offsets),
+                                           device=device)
+
+
+def _replay(graphs: dict[str, torch.cuda.CUDAGraph]) -> None:
+    """Each GPU's graph on that GPU's current stream."""
+    for device, graph in graphs.items():
+        with torch.cuda.device(device):
+            graph.replay()

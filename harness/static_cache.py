@@ -137,13 +137,16 @@ class StaticState:
         self.n_fp -= trim
         self.sync_lengths()
 
-    def demote_on_device(self, counts: list[int], write=None) -> int:
+    def demote_on_device(self, counts: list[int], write=None, device: str | None = None) -> int:
         """Every layer's `demote_in_place`, then the fp lengths on the device down by the trim (returned); the host's
         n_fp and the per-sequence lengths are the caller's. write: as `demote_rows`' (a graphed demotion's
-        device-offset write, harness/demotion_graph.py)."""
-        for layer in self.layers:                       # every layer has the same regions, so the same trim
+        device-offset write, harness/demotion_graph.py). device: only the layers and the mirror on that device (a
+        cache split over GPUs demotes as one graph per GPU)."""
+        layers = [layer for layer in self.layers if device is None or str(layer.keys.device) == device]
+        mirrors = list(self.mirrors.values()) if device is None else [self.mirrors[device]]
+        for layer in layers:                            # every layer has the same regions, so the same trim
             trim = demote_in_place(layer, counts, write)
-        for mirror in self.mirrors.values():
+        for mirror in mirrors:
             mirror.fp_len.sub_(trim)
             mirror.write_pos.sub_(trim)
         return trim

@@ -181,7 +181,7 @@ def test_tiny_model_loads_through_a_one_device_map():
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     """The same greedy tokens from a model on one GPU and split over two, in eager frozen steps and replaying one
-    CUDA graph per GPU (harness.segmented_graph)."""
+    CUDA graph per GPU (harness.segmented_graph), the page demotions too (harness.demotion_graph)."""
     from harness.static_cache import static_generate
     model, tok = tiny("qwen3")
     quantizer = build_quantizer("naive_int2", sink=4, recent=16, page=4)
@@ -206,9 +206,11 @@ def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     pl.dispatch(model, device_map)
     split, cache = greedy("cuda:0")
     assert torch.equal(split, one)
-    graphed, _ = greedy("cuda:0", graph=True)
+    graphed, graphed_cache = greedy("cuda:0", graph=True)
     assert torch.equal(graphed, one) and torch.cuda.current_device() == 0   # the capture leaves the current GPU
     assert {str(layer.keys.device) for layer in cache.layers} == {"cuda:0", "cuda:1"}
+    demotions = graphed_cache.layers[0].static.demotions                     # page demotions: one graph per GPU
+    assert [sorted(graphs) for graphs, _ in demotions.graphs.values()] == [["cuda:0", "cuda:1"]]
 
 
 def test_segmented_capture_refuses_a_tensor_crossing_devices_mid_segment(tiny):

@@ -306,6 +306,18 @@ def test_graph_decode_needs_cuda():
         DecodeStep(None, None, SimpleNamespace(mirrors={"cpu": ()}), graph=True)
 
 
+def test_demotions_are_graphed_on_every_cuda_device_of_a_split_cache():
+    """A cache split over GPUs gets graphed demotions (one graph per GPU); one on the CPU or with reference-path
+    layers is refused in one sentence."""
+    from types import SimpleNamespace
+    from harness.demotion_graph import demotion_graph_refusal
+    kernel_layer = SimpleNamespace(history_k=object(), use_kernels=True)
+    assert demotion_graph_refusal(SimpleNamespace(mirrors={"cuda:0": (), "cuda:1": ()}, layers=[kernel_layer])) is None
+    assert "CUDA" in demotion_graph_refusal(SimpleNamespace(mirrors={"cuda:0": (), "cpu": ()}, layers=[kernel_layer]))
+    reference_layer = SimpleNamespace(history_k=object(), use_kernels=False)
+    assert "kernels" in demotion_graph_refusal(SimpleNamespace(mirrors={"cuda:0": ()}, layers=[reference_layer]))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_graph_replays_decode_like_eager_steps(tiny, tmp_path, monkeypatch):
     model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
