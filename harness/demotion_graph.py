@@ -66,8 +66,9 @@ class DemotionGraphs:
             _replay(graphs)
         elif self.capture and layout in self.seen and len(self.graphs) < MAX_LAYOUTS:
             graphs = {device: torch.cuda.CUDAGraph() for device in self.state.mirrors}
-            for device, graph in graphs.items():
-                with torch.cuda.device(device), torch.cuda.graph(graph):
+            for device, graph in graphs.items():        # a capture stream on the graph's GPU: torch.cuda.graph's
+                side = torch.cuda.Stream(device=device)     # default is one stream, made on the first capture's GPU
+                with torch.cuda.device(device), torch.cuda.graph(graph, stream=side):
                     trim = self._device_work(counts, device)
             _replay(graphs)
             self.graphs[layout] = (graphs, trim)

@@ -181,15 +181,17 @@ def test_tiny_model_loads_through_a_one_device_map():
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     """The same greedy tokens from a model on one GPU and split over two, in eager frozen steps and replaying one
-    CUDA graph per GPU (harness.segmented_graph), the page demotions too (harness.demotion_graph)."""
+    CUDA graph per GPU (harness.segmented_graph); with sequences of one layout (no padding) the page demotions are
+    graphs per GPU too (harness.demotion_graph), with the eager steps' tokens."""
     from harness.static_cache import static_generate
     model, tok = tiny("qwen3")
     quantizer = build_quantizer("naive_int2", sink=4, recent=16, page=4)
     quantizer.check(model.config)
     enc = tok(["The grass is green. The sky is blue. " * 3, "Here we go."], return_tensors="pt", padding=True)
+    unpadded = tok(["The grass is green. The sky is blue. " * 3] * 2, return_tensors="pt")
 
-    def greedy(device, graph=False):
-        batch = {k: v.to(device) for k, v in enc.items()}
+    def greedy(device, graph=False, encoded=enc):
+        batch = {k: v.to(device) for k, v in encoded.items()}
         with install(model, quantizer, kernels="triton") as seam:
             cache = seam.new_cache()
             tokens = static_generate(model, batch, cache, 24, [], tok.pad_token_id, graph=graph)
@@ -206,10 +208,13 @@ def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     pl.dispatch(model, device_map)
     split, cache = greedy("cuda:0")
     assert torch.equal(split, one)
-    graphed, graphed_cache = greedy("cuda:0", graph=True)
+    graphed, _ = greedy("cuda:0", graph=True)
     assert torch.equal(graphed, one) and torch.cuda.current_device() == 0   # the capture leaves the current GPU
     assert {str(layer.keys.device) for layer in cache.layers} == {"cuda:0", "cuda:1"}
+    eager_steps, _ = greedy("cuda:0", encoded=unpadded)
+    graphed, graphed_cache = greedy("cuda:0", graph=True, encoded=unpadded)
     demotions = graphed_cache.layers[0].static.demotions                     # page demotions: one graph per GPU
+    assert torch.equal(graphed, eager_steps)
     assert [sorted(graphs) for graphs, _ in demotions.graphs.values()] == [["cuda:0", "cuda:1"]]
 
 
