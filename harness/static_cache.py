@@ -324,11 +324,12 @@ class DecodeStep:
         return self.logits
 
     def _warm_up(self) -> torch.Tensor:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        device = self.input_ids.device
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             logits = self._forward()
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream(device).wait_stream(side)
         return logits
 
     def _capture(self) -> None:
@@ -338,8 +339,9 @@ class DecodeStep:
                                                   on_begin=self.state.advance_on)
             return
         self.cuda_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.cuda_graph):
-            self.logits = self._forward()
+        device = self.input_ids.device       # the model's GPU, which need not be the current one (device_map cuda:1):
+        with torch.cuda.device(device), torch.cuda.graph(self.cuda_graph, stream=torch.cuda.Stream(device=device)):
+            self.logits = self._forward()    # torch.cuda.graph's default stream lives on its first capture's GPU
 
 
 def static_decode_refusal(cache, prompt_tokens: int) -> str | None:

@@ -218,6 +218,26 @@ def test_frozen_cache_split_over_two_gpus_decodes_like_one_gpu(tiny):
     assert [sorted(graphs) for graphs, _ in demotions.graphs.values()] == [["cuda:0", "cuda:1"]]
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_graph_decode_on_a_gpu_other_than_the_current_one(tiny):
+    """A whole model on cuda:1 while cuda:0 is current: the CUDA-graph step and its demotions are captured on cuda:1
+    (torch.cuda.graph's default capture stream lives on the current GPU), with the eager steps' tokens."""
+    from harness.static_cache import static_generate
+    model, tok = tiny("qwen3")
+    quantizer = build_quantizer("naive_int2", sink=4, recent=16, page=4)
+    quantizer.check(model.config)
+    model.to("cuda:1")
+    batch = {k: v.to("cuda:1") for k, v in tok(["The grass is green. The sky is blue. " * 3] * 2,
+                                                 return_tensors="pt").items()}
+    outs = []
+    for graph in (False, True):
+        with install(model, quantizer, kernels="triton") as seam:
+            cache = seam.new_cache()
+            outs.append(static_generate(model, batch, cache, 24, [], tok.pad_token_id, graph=graph).cpu())
+    assert torch.cuda.current_device() == 0 and torch.equal(outs[1], outs[0])
+    assert [sorted(graphs) for graphs, _ in cache.layers[0].static.demotions.graphs.values()] == [["cuda:1"]]
+
+
 def test_segmented_capture_refuses_a_tensor_crossing_devices_mid_segment(tiny):
     """Only tensors handed to a segment's first module are copied to its device; any other crossing is named."""
     from harness.segmented_graph import SegmentedGraph, output_hooks
