@@ -2,38 +2,40 @@
 
     python scripts/calibrate.py model=smollm2_135m                       # essays, 20k tokens per layer
     python scripts/calibrate.py model=gemma3_270m quantizer.value_target=softmax quantizer.compose=u_h
+    python scripts/calibrate.py model=smollm2_135m quantizer=ablation/oscar_u     # an ablation's rotations
     python scripts/calibrate.py model=qwen3_8b quantizer.calibration.source=file quantizer.calibration.path=gpqa.txt
 
 The files land in $OSCAR_CACHE/rotations/<hash of model, data, budget, config>/ (k_rotation_qqt_<compose>.pt,
 v_rotation_sst_<compose>.pt, key_mean_qqt_<compose>.pt for quantizer.center_keys=true; ktk / vtv in place of
 qqt / sst with quantizer.key_target=tensor / quantizer.value_target=tensor), where `python run.py quantizer=oscar`
 finds them; pass `quantizer.rotation_dir=<that folder>` to use them elsewhere. Takes the same Hydra overrides as
-run.py, with `quantizer=oscar` as the default quantizer (run.py's is bf16).
+run.py, with `quantizer=oscar` as the default quantizer (run.py's is bf16); any OSCAR config is taken
+(configs/quantizer/ablation/oscar_*.yaml too), other quantizers are refused.
 """
 import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cli_args import bad_group_choice  # noqa: E402
 from harness.models import load_model  # noqa: E402
-from harness.pipeline import resolve_device  # noqa: E402
-from harness.quantizer import build_quantizer  # noqa: E402
+from harness.pipeline import build_checked_quantizer, resolve_device  # noqa: E402
 from oscar.rotation import load_key_means, load_rotations  # noqa: E402
+
+OSCAR_TARGET = "oscar.method.OSCAR"     # the class every OSCAR config (configs/quantizer/oscar.yaml, ablations) names
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="config")
 def main(cfg: DictConfig) -> None:
-    options = OmegaConf.to_container(cfg.quantizer, resolve=True)
-    if options.pop("name") != "oscar":
-        print("error: scripts/calibrate.py calibrates quantizer=oscar only.", file=sys.stderr)
+    if cfg.quantizer.get("_target_") != OSCAR_TARGET:
+        print(f"error: scripts/calibrate.py calibrates OSCAR quantizers only (quantizer=oscar or an "
+              f"ablation/oscar_* config), got quantizer={cfg.quantizer.name}.", file=sys.stderr)
         sys.exit(2)
     try:
-        quantizer = build_quantizer("oscar", **options)
-        quantizer.validate()                        # calibration settings, before the weights load
+        quantizer = build_checked_quantizer(cfg.quantizer)     # calibration settings, before the weights load
         loaded = load_model(cfg.model, device=resolve_device(cfg.device))
         quantizer.check(loaded.model.config)
     except ValueError as err:                       # CellError included

@@ -104,9 +104,22 @@ def test_calibrate_script_writes_rotationzoo_files(tmp_path):
     assert "(2 layers)" in proc.stdout
 
 
+def test_calibrate_script_takes_an_oscar_ablation_config(tmp_path):
+    """quantizer=ablation/oscar_h (an OSCAR config by another name) calibrates its own rotation files."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OSCAR_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "scripts/calibrate.py", "model=tiny_qwen3", "quantizer=ablation/oscar_h",
+                           "quantizer.calibration.budget=512", "quantizer.calibration.seq_len=256",
+                           f"hydra.run.dir={tmp_path / 'hy'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = sorted(f.name for f in (tmp_path / "rotations").glob("*/*.pt"))
+    assert files == ["k_rotation_qqt_h.pt", "key_mean_qqt_h.pt", "v_rotation_sst_h.pt"]
+
+
 def test_calibrate_script_refuses_an_unknown_model_and_a_quantizer_other_than_oscar(tmp_path):
     for args, needle in ((["model=nope"], "error: model=nope names no config in configs/model/"),
-                         (["quantizer=bf16"], "error: scripts/calibrate.py calibrates quantizer=oscar only.")):
+                         (["quantizer=bf16"], "error: scripts/calibrate.py calibrates OSCAR quantizers only "
+                                              "(quantizer=oscar or an ablation/oscar_* config), got quantizer=bf16.")):
         proc = subprocess.run([sys.executable, "scripts/calibrate.py", *args, f"hydra.run.dir={tmp_path / 'hy'}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-600:]
