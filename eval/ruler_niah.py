@@ -183,11 +183,16 @@ class _Fitter:
         prompt = render_prompt(self.tokenizer, sample, self.chat)
         return sample, prompt, count_tokens(self.tokenizer, prompt)
 
-    def search_size(self, sample_seed: str) -> int:
-        """Haystack size for this variant: the largest at which `sample_seed`'s prompt fits."""
+    def template_tokens(self, sample_seed: str) -> int:
+        """Tokens of `sample_seed`'s prompt at the smallest haystack; ValueError where even that exceeds the budget."""
         _, _, base = self.build(self.smallest, sample_seed)
         if base > self.budget:
             raise ValueError(f"ctx leaves {self.budget} prompt tokens but the RULER template alone needs {base}.")
+        return base
+
+    def search_size(self, sample_seed: str) -> int:
+        """Haystack size for this variant: the largest at which `sample_seed`'s prompt fits."""
+        base = self.template_tokens(sample_seed)
         _, _, bigger = self.build(self.smallest + self.step, sample_seed)
         per_unit = max((bigger - base) / self.step, 0.5)        # tokens per word/line; the floor caps the guess
         guess = self.smallest + int((self.budget - base) / per_unit)
@@ -274,6 +279,15 @@ class RulerNiah(GenerationTask):
         if self.cfg.get("essays", "heldout") not in ("heldout", "all"):
             raise ValueError(f"task.essays must be heldout or all, got '{self.cfg.essays}'.")
         integer_option(self.cfg.get("max_new_tokens", 128), "task.max_new_tokens", minimum=1)
+
+    def check_prompts(self, tokenizer, chat: bool, ctx: int, seed: int) -> None:
+        """Every variant's template (its smallest haystack) fits ctx - max_new_tokens: what `build_examples` would
+        refuse after the weights load, refused before."""
+        opts = self.options()
+        words = ruler_data.essay_words(opts.get("essay_dir"), opts.get("essays", "heldout"))
+        for name in opts.get("variants") or VARIANTS:
+            fitter = _Fitter(tokenizer, VARIANTS[name], ctx, int(opts.get("max_new_tokens", 128)), chat, words)
+            fitter.template_tokens(f"{seed}/{name}/0")
 
     def stratum(self, record) -> str:
         return record.meta["variant"]          # `ruler_niah` averages the variants: resample within each

@@ -209,8 +209,36 @@ def model_dtype(cfg) -> torch.dtype:
     return _dtype(cfg.get("dtype", "auto"))
 
 
+def load_tokenizer(cfg):
+    """(tokenizer, its name) of a `configs/model/*.yaml` node without its weights: checked against the recorded ids,
+    left padding, the EOS as pad where it has none (what `load_model` hands the tasks)."""
+    if cfg.source == "tiny":
+        tok, name = char_tokenizer(), "char"
+    elif cfg.source == "random":
+        name = random_tokenizer_name(cfg)
+        tok = offline_tokenizer(name)
+    else:
+        from transformers import AutoTokenizer
+        where = resolve_location(cfg)
+        tok, name = AutoTokenizer.from_pretrained(converted_dir(where) if cfg.source == "gguf_package" else where), \
+            cfg.name
+    if cfg.source != "random":
+        check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok, name
+
+
+def chat_prompts(cfg, tok) -> bool:
+    """Whether prompts go through the chat template: the model config asks for it and the tokenizer has one (a
+    random-weight model's offline tokenizer is taken as it is)."""
+    return bool(cfg.get("chat", False)) and bool(getattr(tok, "chat_template", None) or cfg.source != "random")
+
+
 def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None = None) -> LoadedModel:
-    """Load the model described by a `configs/model/*.yaml` node straight onto its devices; check its tokenizer.
+    """Load the model described by a `configs/model/*.yaml` node straight onto its devices, with `load_tokenizer`'s
+    tokenizer.
 
     device_map: module name -> device (harness/placement.py), or None: all of it on `device`.
     """
@@ -218,29 +246,21 @@ def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None 
     where = resolve_location(cfg)
     dtype = model_dtype(cfg)
     device_map = dict(device_map or {"": device})
-    weights, tok_name = "pretrained", cfg.name
+    tok, tok_name = load_tokenizer(cfg)
     if cfg.source == "tiny":
-        model, tok = build_tiny(cfg.arch, dtype=dtype)
-        model, weights, tok_name = dispatch(_place_whole(model, device_map), device_map), "tiny", "char"
+        model, _ = build_tiny(cfg.arch, dtype=dtype)
+        model, weights = dispatch(_place_whole(model, device_map), device_map), "tiny"
     elif cfg.source == "random":
         from harness.random_model import materialize, meta_model, shape_config
-        tok_name = random_tokenizer_name(cfg)
-        tok = offline_tokenizer(tok_name)
         model = materialize(meta_model(shape_config(where), dtype), device_map, seed)
         model, weights = dispatch(model, device_map), "random"
     else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
         path = converted_dir(where) if cfg.source == "gguf_package" else where
-        tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
                                                      device_map=device_map).eval()
-    if cfg.source != "random":
-        check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
-    chat = bool(cfg.get("chat", False)) and bool(getattr(tok, "chat_template", None) or cfg.source != "random")
-    return LoadedModel(model, tok, chat, cfg.name, weights, tok_name)
+        weights = "pretrained"
+    return LoadedModel(model, tok, chat_prompts(cfg, tok), cfg.name, weights, tok_name)
 
 
 def _place_whole(model, device_map: dict) -> torch.nn.Module:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.checks import check_cell_options, check_device, check_model_source, compile_step_enabled
 from harness.environment import environment, release_memory, reset_peak_memory
 from harness.quantizer import instantiate, quantizer_from_config
+from harness.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,21 @@ def validate(cfg: DictConfig) -> CellPlan:
     return CellPlan(cfg, quantizer, task, key, full, device)
 
 
+def prompt_problem(plan: CellPlan) -> str | None:
+    """The task's prompt check (`Task.check_prompts`) with the model's tokenizer alone, before any weights load or
+    calibration runs: one sentence where the cell's context cannot hold the task's prompts, else None (no tokenizer
+    is loaded for a task without a check)."""
+    if type(plan.task).check_prompts is Task.check_prompts:
+        return None
+    from harness.models import chat_prompts, load_tokenizer
+    tok, _ = load_tokenizer(plan.cfg.model)
+    try:
+        plan.task.check_prompts(tok, chat_prompts(plan.cfg.model, tok), int(plan.cfg.ctx.tokens), int(plan.cfg.seed))
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def seed_everything(seed: int) -> None:
     """python, numpy and torch (every device) seeded by transformers' own helper."""
     from transformers import set_seed
@@ -170,6 +186,10 @@ def run_cell(cfg: DictConfig, store) -> list[dict]:
         store.check_writable()
     except ValueError as err:
         raise CellError(str(err)) from None
+    problem = prompt_problem(plan)
+    if problem:                            # the cell cannot run at this ctx: an error row says why, no weights loaded
+        recorder.write_error(problem)
+        raise CellError(problem)
     log.info("cell %s: %s", recorder.cell, describe(plan))
     release_memory()                       # an earlier cell of this process must not shrink this one's budget
     reset_peak_memory()

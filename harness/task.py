@@ -67,6 +67,11 @@ class Task:
         if self.cfg.get("prefill_chunk") is not None:
             integer_option(self.cfg.prefill_chunk, "task.prefill_chunk", minimum=MIN_PREFILL_CHUNK)
 
+    def check_prompts(self, tokenizer, chat: bool, ctx: int, seed: int) -> None:
+        """Raise ValueError (one sentence) where this task's prompts cannot fit `ctx` tokens with this tokenizer;
+        `harness.pipeline.check_prompts` calls it with the tokenizer alone, before any weights load. Tasks whose
+        prompts always fit (truncated, or short) leave it as it is, and no tokenizer is loaded for them."""
+
     def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
             paths: dict | None = None, compile_step: bool = False) -> tuple[dict, list]:
         """(metrics, per-example records) of the model behind `seam` at context `ctx` (static_decode, paths and

@@ -288,6 +288,22 @@ def test_running_out_of_memory_mid_cell_leaves_an_oom_row(tmp_path, monkeypatch)
     assert "\n" not in row["error"] and "total capacity" not in row["error"]
 
 
+def test_a_context_too_small_for_the_template_is_refused_before_the_weights_load(tmp_path, monkeypatch):
+    """ctx.tokens=100 leaves RULER's template no room: with the tokenizer alone (no weights, no calibration) the
+    cell ends in one sentence, and its error row says why."""
+    import harness.pipeline as pipeline
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights loaded")
+    monkeypatch.setattr(pipeline, "load_prepared", no_weights)
+    cfg = compose_cell("debug=tiny", "quantizer=oscar", "ctx.tokens=100", f"results_dir={tmp_path}")
+    with pytest.raises(CellError, match="the RULER template alone needs") as err:
+        run_cell(cfg, ResultsStore(tmp_path))
+    assert "\n" not in str(err.value)
+    (row,) = [json.loads(line) for path in tmp_path.rglob("rows/**/*.jsonl") for line in path.open()]
+    assert row["status"] == "error" and row["error"] == str(err.value)
+
+
 # ------------------------------------------------------------------------------- through run.py
 def run_py(*args, results: Path, **kwargs):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))

@@ -81,7 +81,7 @@ def run_py(tmp_path, *overrides):
 def test_offline_runs_once_per_computed_cell_failures_too(tmp_path):
     def runs():
         return sorted((tmp_path / "wb" / "wandb").glob("offline-run-*"))     # <dir>/wandb/, not <dir>/wandb/wandb/
-    assert run_py(tmp_path, "ctx.tokens=100").returncode == 1                  # fails while running: logged
+    assert run_py(tmp_path, "ctx.tokens=100").returncode == 2      # refused before the weights load, with a row: logged
     assert len(runs()) == 1
     assert run_py(tmp_path, "ctx.tokens=1024").returncode == 0
     assert len(runs()) == 2 and any(p.stat().st_size for p in runs()[-1].glob("*.wandb"))

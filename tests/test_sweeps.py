@@ -82,8 +82,8 @@ def test_rerun_skips_ok_cells_and_recomputes_failed_ones(tmp_path):
 
 
 def test_a_sweep_goes_past_a_failed_cell_then_exits_non_zero_naming_it(tmp_path):
-    """ctx.tokens=100 leaves RULER's template no room: that cell fails while running (an error row); the
-    other cell still runs, and the sweep's exit code and last lines say which cell failed (SLURM sees it)."""
+    """ctx.tokens=100 leaves RULER's template no room: that cell is refused before its weights load (an error
+    row); the other cell still runs, and the sweep's exit code and last lines say which cell failed (SLURM sees it)."""
     results = tmp_path / "results"
     cmd = [sys.executable, "run.py", "-m", "debug=tiny", "task.samples=1", "task.max_new_tokens=8",
            "ctx.tokens=100,1024", f"results_dir={results}", f"hydra.sweep.dir={tmp_path / 'multirun'}"]
