@@ -20,13 +20,19 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 
 
-def integer_option(value, key: str, minimum: int | None = None) -> int:
-    """`value` as an int (a bool or a fraction is refused); ValueError naming `key` when it is not one."""
+SEED_MAX = 2**32 - 1      # numpy's seeds (transformers.set_seed seeds python, numpy and torch)
+
+
+def integer_option(value, key: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """`value` as an int (a bool or a fraction is refused); ValueError naming `key` when it is not one or lies
+    outside [minimum, maximum]."""
     if isinstance(value, (bool, float)) or not str(value).strip().lstrip("-").isdigit():
         raise ValueError(f"{key} must be an integer, got {value!r}.")
     number = int(value)
     if minimum is not None and number < minimum:
         raise ValueError(f"{key} must be at least {minimum}, got {number}.")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"{key} must be at most {maximum}, got {number}.")
     return number
 
 
@@ -66,7 +72,7 @@ def kernels_runnable(device: str, kernels: str) -> bool:
 
 def check_cell_options(cfg) -> str:
     """seed, device, kernels, static_decode, compile_step and ctx.tokens; returns the resolved device."""
-    integer_option(cfg.seed, "seed")
+    integer_option(cfg.seed, "seed", minimum=0, maximum=SEED_MAX)
     integer_option(cfg.ctx.get("tokens"), "ctx.tokens", minimum=1)
     kernels = _choice(cfg.kernels, "kernels", KERNEL_MODES)
     static_decode = _choice(cfg.get("static_decode", "auto"), "static_decode", STATIC_DECODE_MODES)

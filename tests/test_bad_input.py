@@ -59,6 +59,8 @@ def no_gpu_path(monkeypatch):
     (["ctx.tokens=-5"], "ctx.tokens must be at least 1"),
     (["ctx.tokens=abc"], "ctx.tokens must be an integer"),
     (["seed=abc"], "seed must be an integer"),
+    (["seed=-1"], "seed must be at least 0"),
+    (["seed=4294967296"], "seed must be at most 4294967295"),
     (["device=tpu"], "device=tpu is not one of"),
     (["kernels=fast"], "kernels=fast is not one of"),
     (["static_decode=maybe"], "static_decode=maybe is not one of"),
