@@ -18,8 +18,6 @@ COMPILE_STEP_MODES = ("auto", "on", "off")
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")     # auto: float32 on the CPU, bfloat16 on CUDA
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
-
-
 SEED_MAX = 2**32 - 1      # numpy's seeds (transformers.set_seed seeds python, numpy and torch)
 
 
