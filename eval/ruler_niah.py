@@ -271,13 +271,16 @@ class RulerNiah(GenerationTask):
     build_examples, score, aggregate = staticmethod(build_examples), staticmethod(score), staticmethod(aggregate)
 
     def validate(self) -> None:
-        """Known variants, a known essay split, a generation budget of at least one token."""
+        """Known variants, a known essay split, an essay folder with .txt files (where one is given), a generation
+        budget of at least one token."""
         super().validate()
         unknown = [name for name in list_option(self.cfg.get("variants"), "task.variants") if name not in VARIANTS]
         if unknown:
             raise ValueError(f"Unknown RULER NIAH variant(s) {unknown}; known: {sorted(VARIANTS)}.")
         if self.cfg.get("essays", "heldout") not in ("heldout", "all"):
             raise ValueError(f"task.essays must be heldout or all, got '{self.cfg.essays}'.")
+        if self.cfg.get("essay_dir"):                 # a folder of the user's: its .txt files, read once per process
+            ruler_data.essay_words(str(self.cfg.essay_dir), str(self.cfg.get("essays", "heldout")))
         integer_option(self.cfg.get("max_new_tokens", 128), "task.max_new_tokens", minimum=1)
 
     def check_prompts(self, tokenizer, chat: bool, ctx: int, seed: int) -> None:

@@ -60,6 +60,7 @@ def no_gpu_path(monkeypatch):
     (["ctx.tokens=abc"], "ctx.tokens must be an integer"),
     (["seed=abc"], "seed must be an integer"),
     (["seed=-1"], "seed must be at least 0"),
+    (["+task.essay_dir=/nonexistent"], "No .txt essays found in '/nonexistent'"),
     (["seed=4294967296"], "seed must be at most 4294967295"),
     (["device=tpu"], "device=tpu is not one of"),
     (["kernels=fast"], "kernels=fast is not one of"),
