@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.checks import integer_option
 from harness.generate import generate_outputs
 from harness.intervals import metric_intervals
+from harness.sampling import check_sampling
 
 RUNNER_KEYS = ("name", "batch_size", "stop", "sampling", "prefill_chunk")   # generation settings, not example options
 MIN_PREFILL_CHUNK = 64     # task.prefill_chunk: tokens per prefill forward; shorter chunks would take the decode kernel
@@ -111,8 +112,11 @@ class GenerationTask(Task):
         return {k: v for k, v in opts.items() if k not in RUNNER_KEYS}
 
     def validate(self) -> None:
-        """Also: every option is one that `build_examples` takes (a key meant for another task is refused)."""
+        """Also: the sampling settings (`harness.sampling.check_sampling`) and every option is one that
+        `build_examples` takes (a key meant for another task is refused)."""
         super().validate()
+        sampling = self.cfg.get("sampling")
+        check_sampling(None if sampling is None else OmegaConf.to_container(sampling, resolve=True))
         parameters = inspect.signature(self.build_examples).parameters
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             return

@@ -61,6 +61,8 @@ def no_gpu_path(monkeypatch):
     (["seed=abc"], "seed must be an integer"),
     (["seed=-1"], "seed must be at least 0"),
     (["+task.essay_dir=/nonexistent"], "No .txt essays found in '/nonexistent'"),
+    (["+task.sampling={do_sample: true, temperature: -1}"], "sampling.temperature must be > 0, got -1"),
+    (["+task.sampling={do_sample: true, top_p: 2}"], "sampling.top_p must be in (0, 1], got 2"),
     (["seed=4294967296"], "seed must be at most 4294967295"),
     (["device=tpu"], "device=tpu is not one of"),
     (["kernels=fast"], "kernels=fast is not one of"),
