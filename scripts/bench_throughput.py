@@ -74,7 +74,7 @@ CONFIGS = {  # the public Qwen3 configs (no weights needed)
 
 
 SHAPES = Path(__file__).resolve().parents[1] / "configs" / "model" / "shapes"
-MODELS = sorted([*CONFIGS, *(path.stem for path in SHAPES.glob("*.json"))])
+MODELS = sorted({*CONFIGS, *(path.stem for path in SHAPES.glob("*.json"))})   # a name in both: CONFIGS
 
 
 def model_config(name: str):
