@@ -70,7 +70,7 @@ class Task:
 
     def check_prompts(self, tokenizer, chat: bool, ctx: int, seed: int) -> None:
         """Raise ValueError (one sentence) where this task's prompts cannot fit `ctx` tokens with this tokenizer;
-        `harness.pipeline.check_prompts` calls it with the tokenizer alone, before any weights load. Tasks whose
+        `harness.pipeline.prompt_problem` calls it with the tokenizer alone, before any weights load. Tasks whose
         prompts always fit (truncated, or short) leave it as it is, and no tokenizer is loaded for them."""
 
     def run(self, loaded, seam, ctx: int, seed: int, static_decode: str = "off",
