@@ -3,6 +3,7 @@
     problem = bad_group_choice(["quantizer=oscar,zzz", "ctx=4k"], REPO_ROOT / "configs")
     # "quantizer=zzz names no config in configs/quantizer/; known: ..." (None when every choice has a file)
     parser.add_argument("--batch", type=positive_ints, default=[1, 8])      # argparse types: '1,8' -> [1, 8]
+    parser.add_argument("--points", type=batch_ctx_points)                 # '1:32768,8:32768' -> [(1, 32768), ...]
 
 Hydra itself crashes on some group choices (`ctx=0`) and silently drops an unknown choice of an optional group
 (`experiment=nope`); run.py, scripts/sweep_plan.py and scripts/calibrate.py ask `bad_group_choice` first.
@@ -51,6 +52,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' must be at least 1.")
     return value
+
+
+def batch_ctx_points(text: str) -> list[tuple[int, int]]:
+    """argparse type: '1:32768,8:32768' -> [(1, 32768), (8, 32768)]; batch and ctx positive integers."""
+    points = [point.partition(":") for point in text.split(",")]
+    if any(not sep for _, sep, _ in points):
+        raise argparse.ArgumentTypeError(f"'{text}': each point is batch:ctx, e.g. 8:32768.")
+    return [(positive_int(batch), positive_int(ctx)) for batch, _, ctx in points]
 
 
 def kernel_head_dims(text: str) -> list[int]:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
-from harness.cli_args import kernel_head_dims, positive_int, positive_ints  # noqa: E402
+from harness.cli_args import batch_ctx_points, kernel_head_dims, positive_int  # noqa: E402
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig  # noqa: E402
@@ -99,14 +99,6 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     if changes or fmt in LAUNCH_CHANGES:
         spec_kw["config"] = replace(format_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
     return lambda: ops.decode_attention(*args, **spec_kw)
-
-
-def batch_ctx_points(text: str) -> list[tuple[int, int]]:
-    """argparse type: '1:32768,8:32768' -> [(1, 32768), (8, 32768)]."""
-    points = [point.partition(":") for point in text.split(",")]
-    if any(not sep for _, sep, _ in points):
-        raise argparse.ArgumentTypeError(f"'{text}': each point is batch:ctx, e.g. 8:32768.")
-    return [(positive_int(batch), positive_int(ctx)) for batch, _, ctx in points]
 
 
 def parse_launches(text: str) -> list[dict]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli_args import bad_group_choice, kernel_head_dims, positive_int, positive_ints
+from harness.cli_args import bad_group_choice, batch_ctx_points, kernel_head_dims, positive_int, positive_ints
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -26,3 +26,11 @@ def test_integer_list_types_refuse_text_zero_and_lists_where_one_is_asked():
                                 (kernel_head_dims, "128,96", "the kernels take head_dim 64, 128, 256")):
         with pytest.raises(argparse.ArgumentTypeError, match=needle):
             parse(text)
+
+
+def test_batch_ctx_points_take_positive_pairs_only():
+    assert batch_ctx_points("1:32768,8:1024") == [(1, 32768), (8, 1024)]
+    for text, needle in (("8x1024", "each point is batch:ctx"), ("0:1024", "must be at least 1"),
+                         ("1:4k", "is not one integer")):
+        with pytest.raises(argparse.ArgumentTypeError, match=needle):
+            batch_ctx_points(text)

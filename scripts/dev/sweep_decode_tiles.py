@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
                            decode_call, decode_inputs, graph_ms, int_spec, point_launch, sdpa_call)
+from harness.cli_args import batch_ctx_points, positive_int  # noqa: E402
 from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
 from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
@@ -161,8 +162,8 @@ def sdpa_row(batch: int, ctx: int, shape: AttnShape, copy_tbs: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--group", type=int, default=4, help="query heads per KV head")
-    parser.add_argument("--points", default=",".join(f"{b}:{c}" for b, c in SHAPES), help="batch:ctx,...")
+    parser.add_argument("--group", type=positive_int, default=4, help="query heads per KV head")
+    parser.add_argument("--points", type=batch_ctx_points, default=SHAPES, help="batch:ctx,...")
     parser.add_argument("--grid", default="default", choices=sorted(GRIDS))
     args = parser.parse_args()
     shape = AttnShape(args.group * KV_HEADS, KV_HEADS, args.head_dim)
@@ -171,8 +172,7 @@ def main() -> None:
           + ", ".join(f"{grid} grid {default_config(shape.head_dim, True, grid)}" for grid in LAUNCH_GRIDS))
     print("| batch | ctx | change from default | ms | TB/s | of copy | rel err |")
     print("|---|---|---|---|---|---|---|")
-    for point in args.points.split(","):
-        batch, ctx = (int(v) for v in point.split(":"))
+    for batch, ctx in args.points:
         print(sdpa_row(batch, ctx, shape, copy_tbs), flush=True)
         for change in GRIDS[args.grid]:
             print(sweep_row(batch, ctx, change, shape, copy_tbs), flush=True)
