@@ -197,12 +197,18 @@ def model_config(cfg):
     """
     from transformers import AutoConfig
     from harness.random_model import shape_config, shape_file
-    where = resolve_location(cfg)
     if cfg.source == "tiny":
         return tiny_config(cfg.arch, len(char_tokenizer()))
     if cfg.source == "random" or (cfg.source == "hub" and cfg.get("shape")):
         return shape_config(shape_file(cfg.shape, cfg.name))
-    return AutoConfig.from_pretrained(converted_dir(where) if cfg.source == "gguf_package" else where)
+    return AutoConfig.from_pretrained(pretrained_folder(cfg))
+
+
+def pretrained_folder(cfg) -> str:
+    """Where transformers reads a pretrained model (config, tokenizer, weights): an offline package's converted
+    folder (converted once), else the model's location (a local folder or a hub id)."""
+    where = resolve_location(cfg)
+    return converted_dir(where) if cfg.source == "gguf_package" else where
 
 
 def model_dtype(cfg) -> torch.dtype:
@@ -219,9 +225,7 @@ def load_tokenizer(cfg):
         tok = offline_tokenizer(name)
     else:
         from transformers import AutoTokenizer
-        where = resolve_location(cfg)
-        tok, name = AutoTokenizer.from_pretrained(converted_dir(where) if cfg.source == "gguf_package" else where), \
-            cfg.name
+        tok, name = AutoTokenizer.from_pretrained(pretrained_folder(cfg)), cfg.name
     if cfg.source != "random":
         check_tokenizer(tok, cfg.get("tokenizer_check"), cfg.name)
     if tok.pad_token is None:
@@ -256,8 +260,7 @@ def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None 
         model, weights = dispatch(model, device_map), "random"
     else:
         from transformers import AutoModelForCausalLM
-        path = converted_dir(where) if cfg.source == "gguf_package" else where
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
+        model = AutoModelForCausalLM.from_pretrained(pretrained_folder(cfg), dtype=dtype, attn_implementation="sdpa",
                                                      device_map=device_map).eval()
         weights = "pretrained"
     return LoadedModel(model, tok, chat_prompts(cfg, tok), cfg.name, weights, tok_name)
