@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.cli_args import bad_group_choice  # noqa: E402
 from harness.models import load_model  # noqa: E402
 from harness.pipeline import build_checked_quantizer, resolve_device  # noqa: E402
+from oscar.method import OSCAR  # noqa: E402
 from oscar.rotation import load_key_means, load_rotations  # noqa: E402
 
-OSCAR_TARGET = "oscar.method.OSCAR"     # the class every OSCAR config (configs/quantizer/oscar.yaml, ablations) names
+OSCAR_TARGET = f"{OSCAR.__module__}.{OSCAR.__qualname__}"   # the `_target_` of configs/quantizer/oscar.yaml and ablations
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="config")
