@@ -28,14 +28,28 @@ MAX_ROWS = 8
 
 
 class GemvConfig(NamedTuple):
-    """The launch. Default: one warp streaming 2 rows in 1024-wide slices, the end-to-end runs' launch: on the H100
-    at Qwen3-4B's decode shapes and one row, within 1-4 % of each shape's fastest launch swept, 87.8 us per layer
-    over the four projections (one row per program: 86.6 us; scripts/dev/bench_gemv.py, results/bench/bench_gemv.md).
-    """
+    """The launch: BLOCK_N output features per program, BLOCK_K-wide slices of K, warps, pipeline stages."""
     block_n: int = 2
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
+
+
+LONG_ROWS = 4096      # K at or above which a program streams one row in 2048-wide slices
+MANY_ROWS = 16384     # N at or above which (short rows) a program streams 512-wide slices
+
+
+def default_config(n: int, k: int) -> GemvConfig:
+    """The launch for an [n, k] weight at one row (scripts/dev/bench_gemv.py, results/bench/bench_gemv.md): one warp
+    streaming 2 rows in 1024-wide slices (q/k/v); long rows (K >= LONG_ROWS: o and down projections) one row in
+    2048-wide slices, many short rows (N >= MANY_ROWS: gate/up, LM head) 512-wide slices. On the H100 at Qwen3-4B's
+    shapes the 2 x 1024 launch was within 1-4 % of each shape's fastest; on an H200 the other two were 5-8 % faster
+    at o, down and gate/up and no slower on the H100."""
+    if k >= LONG_ROWS:
+        return GemvConfig(block_n=1, block_k=2048)
+    if n >= MANY_ROWS:
+        return GemvConfig(block_k=512)
+    return GemvConfig()
 
 
 @triton.jit
@@ -139,8 +153,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if gated and (weight.shape[0] % 2 or residual is not None):
         raise ValueError(f"gemv gated needs [gate; up] weights of an even row count and no residual, got "
                          f"{weight.shape[0]} rows{' and a residual' if residual is not None else ''}.")
-    cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0] // (2 if gated else 1)
+    cfg = config or default_config(weight.shape[0], k)
     block_n = max(1, cfg.block_n // 2) if gated else cfg.block_n
     y = x.new_empty(m, n)
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
