@@ -28,28 +28,16 @@ MAX_ROWS = 8
 
 
 class GemvConfig(NamedTuple):
-    """The launch: BLOCK_N output features per program, BLOCK_K-wide slices of K, warps, pipeline stages."""
+    """The launch: BLOCK_N output features per program, BLOCK_K-wide slices of K, warps, pipeline stages. Default:
+    one warp streaming 2 rows in 1024-wide slices, the end-to-end runs' launch: on the H100 at Qwen3-4B's decode
+    shapes and one row, within 1-4 % of each shape's fastest launch swept, 87.8 us per layer over the four
+    projections (one row per program: 86.6 us; scripts/dev/bench_gemv.py, results/bench/bench_gemv.md). On an H200
+    a launch per weight shape gained nothing end to end (results/bench/bench_gemv_h200.md)."""
     block_n: int = 2
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
-
-
-LONG_ROWS = 4096      # K at or above which a program streams one row in 2048-wide slices
-MANY_ROWS = 16384     # N at or above which (short rows) a program streams 512-wide slices
-
-
-def default_config(n: int, k: int) -> GemvConfig:
-    """The launch for an [n, k] weight at one row (scripts/dev/bench_gemv.py, results/bench/bench_gemv.md): one warp
-    streaming 2 rows in 1024-wide slices (q/k/v); long rows (K >= LONG_ROWS: o and down projections) one row in
-    2048-wide slices, many short rows (N >= MANY_ROWS: gate/up, LM head) 512-wide slices. On the H100 at Qwen3-4B's
-    shapes the 2 x 1024 launch was within 1-4 % of each shape's fastest; on an H200 the other two were 5-8 % faster
-    at o, down and gate/up and no slower on the H100."""
-    if k >= LONG_ROWS:
-        return GemvConfig(block_n=1, block_k=2048)
-    if n >= MANY_ROWS:
-        return GemvConfig(block_k=512)
-    return GemvConfig()
+    norm_block: int = 0      # K-slice width of a folded RMSNorm's sum of squares (0: block_k), capped at K's power of 2
 
 
 @triton.jit
@@ -66,8 +54,8 @@ def _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_xm, stride_wn, stride_rm, stride_ym,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM_BLOCK: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr):
     """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias and the residual, in fp32, before
     the rounding); with HAS_NORM, of x's rows RMS-normed and scaled by g, rounded to x's dtype, as `rms_norm`; GATED:
     W is [gate; up] (2N rows), the program streams gate rows n and up rows N + n and stores silu(gate) * up."""
@@ -78,7 +66,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_
     n_ok, m_ok = rn < N, rm < M
     w_row = rn + (j // BLOCK_N) * N                                             # [ROWS] gate rows, then up rows
     if HAS_NORM:
-        inv_rms = _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K)    # [BM]
+        inv_rms = _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, NORM_BLOCK)    # [BM]
     acc = tl.zeros((BLOCK_M, ROWS), tl.float32)
     if HAS_BIAS:                                  # bias and residual first: their latency hides behind the K loop
         acc += tl.load(b_ptr + w_row, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -154,7 +142,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         raise ValueError(f"gemv gated needs [gate; up] weights of an even row count and no residual, got "
                          f"{weight.shape[0]} rows{' and a residual' if residual is not None else ''}.")
     (m, k), n = x.shape, weight.shape[0] // (2 if gated else 1)
-    cfg = config or default_config(weight.shape[0], k)
+    cfg = config or GemvConfig()
     block_n = max(1, cfg.block_n // 2) if gated else cfg.block_n
     y = x.new_empty(m, n)
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
@@ -162,7 +150,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             x, weight, weight if bias is None else bias, y if residual is None else residual,
             x if norm is None else norm[0], y, m, n, k, 0.0 if norm is None else float(norm[1]),
             x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
-            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k, HAS_BIAS=bias is not None,
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k,
+            NORM_BLOCK=min(cfg.norm_block or cfg.block_k, triton.next_power_of_2(k)), HAS_BIAS=bias is not None,
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, GATED=gated, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return y

@@ -8,8 +8,7 @@ Shapes (N x K, with the compiled step's fused projections): Qwen3-4B q/k/v 6144 
 19456 x 2560, down 2560 x 9728, LM head 151936 x 2560; Qwen3-8B 6144 x 4096, 4096 x 4096, 24576 x 4096,
 4096 x 12288, 151936 x 4096. `--step-ops` calls each as the step does (q/k/v and gate/up with the RMSNorm folded in,
 gate/up gated, o and down with the residual). Each call is timed as CUDA-graph replays over enough weight copies to
-exceed L2 (scripts/bench_kernels.py's `graph_ms`), every launch checked against `gemv_reference` first; "default"
-is `kernels.gemv.default_config` for the shape.
+exceed L2 (scripts/bench_kernels.py's `graph_ms`), every launch checked against `gemv_reference` first.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import copy_bandwidth, graph_ms  # noqa: E402
-from kernels.gemv import GemvConfig, default_config, gemv, gemv_reference  # noqa: E402
+from kernels.gemv import GemvConfig, gemv, gemv_reference  # noqa: E402
 
 SHAPES = {"qwen3_4b": {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728),
                        "lm_head": (151936, 2560)},
@@ -51,10 +50,9 @@ def _operands(n: int, k: int, rows: int, ops: set, seed: int) -> tuple:
     return x, w, kwargs
 
 
-def _launches(configs: list[GemvConfig], n: int, k: int) -> list:
-    """(label, fn(x, w, kwargs)) of cuBLAS, the shape's default launch and each swept config."""
-    launches = [("cuBLAS (F.linear, the projection alone)", lambda x, w, kw: F.linear(x, w)),
-                (f"default {'x'.join(map(str, default_config(n, k)))}", lambda x, w, kw: gemv(x, w, **kw))]
+def _launches(configs: list[GemvConfig]) -> list:
+    """(label, fn(x, w, kwargs)) of cuBLAS and each swept config."""
+    launches = [("cuBLAS (F.linear, the projection alone)", lambda x, w, kw: F.linear(x, w))]
     return launches + [(f"gemv {'x'.join(map(str, c))}", lambda x, w, kw, c=c: gemv(x, w, config=c, **kw))
                        for c in configs]
 
@@ -63,7 +61,7 @@ def _time_shape(name: str, n: int, k: int, rows: int, ops: set, configs: list, c
     x, w, kwargs = _operands(n, k, rows, ops, 0)
     ref = gemv_reference(x, w, **kwargs).float()
     nbytes = n * k * 2
-    for label, fn in _launches(configs, n, k):
+    for label, fn in _launches(configs):
         if not label.startswith("cuBLAS"):
             err = ((fn(x, w, kwargs).float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
