@@ -10,10 +10,10 @@ rows of W over the whole K in BLOCK_K-wide slices (fp32 products and sums, one r
 split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. A residual
 (the decoder layer's stream that an output or down projection is added to) is added in the same epilogue, so the add
 costs no launch of its own. An RMSNorm in front of the projection (`norm`: its weight g [K] and eps) is folded in the
-same way: each program sums x's squares over K before its loop and normalizes each slice as it loads it, rounding
-the normalized row to x's dtype as `rms_norm` (the compiled stock norm) does, so the norm costs no launch either. The
-reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the kernel sums in another order, so it
-matches within fp32 rounding, not bit for bit.
+same way: each program sums x's squares over K (in one slice up to K = 4096) before its loop and normalizes each
+slice as it loads it, rounding the normalized row to x's dtype as `rms_norm` (the compiled stock norm) does, so the
+norm costs no launch either. The reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the
+kernel sums in another order, so it matches within fp32 rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -32,13 +32,14 @@ class GemvConfig(NamedTuple):
     one warp streaming 2 rows in 1024-wide slices, the end-to-end runs' launch: on the H100 at Qwen3-4B's decode
     shapes and one row, within 1-4 % of each shape's fastest launch swept, 87.8 us per layer over the four
     projections (one row per program: 86.6 us; scripts/dev/bench_gemv.py, results/bench/bench_gemv.md). On an H200
-    a launch per weight shape gained nothing end to end (results/bench/bench_gemv_h200.md)."""
+    a launch per weight shape gained nothing end to end; a folded RMSNorm summing its squares in one slice of up to
+    4096 (norm_block) instead of the product's 1024-wide slices took q/k/v and gate/up 0.8-1.7 us each and the batch-1
+    step 0.07-0.17 ms (results/bench/bench_gemv_h200.md)."""
     block_n: int = 2
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
     norm_block: int = 4096   # K-slice width of a folded RMSNorm's sum of squares (0: block_k), capped at K's power of 2
-    early_slice: int = 0     # 1: request W's first slice before a folded RMSNorm's loads
 
 
 @triton.jit
@@ -54,25 +55,9 @@ def _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _slice_product(acc, w, x_ptr, g_ptr, rm, m_ok, k0, K, inv_rms, stride_xm, BLOCK_K: tl.constexpr,
-                   HAS_NORM: tl.constexpr, X_DTYPE: tl.constexpr):
-    """acc [BM, ROWS] + x[:, k0 : k0 + BLOCK_K] @ w^T in fp32, w [ROWS, BK] the slice of W; with HAS_NORM x's slice
-    is first scaled by inv_rms [BM] and g, and rounded to X_DTYPE."""
-    rk = k0 + tl.arange(0, BLOCK_K)
-    k_ok = rk < K
-    x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                other=0.0).to(tl.float32)                                                           # [BM, BK]
-    if HAS_NORM:
-        g = tl.load(g_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)                               # [BK]
-        x = (g[None, :] * (x * inv_rms[:, None])).to(X_DTYPE).to(tl.float32)
-    return acc + tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
-
-
-@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_xm, stride_wn, stride_rm, stride_ym,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM_BLOCK: tl.constexpr,
-                 EARLY_SLICE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                 HAS_NORM: tl.constexpr, GATED: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr):
     """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias and the residual, in fp32, before
     the rounding); with HAS_NORM, of x's rows RMS-normed and scaled by g, rounded to x's dtype, as `rms_norm`; GATED:
     W is [gate; up] (2N rows), the program streams gate rows n and up rows N + n and stores silu(gate) * up."""
@@ -82,30 +67,25 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_
     rm = tl.arange(0, BLOCK_M)                                                  # [BM]
     n_ok, m_ok = rn < N, rm < M
     w_row = rn + (j // BLOCK_N) * N                                             # [ROWS] gate rows, then up rows
-    w_rows = w_ptr + w_row[:, None].to(tl.int64) * stride_wn                    # [ROWS, 1]
-    k_start = 0
-    if HAS_NORM and EARLY_SLICE:                  # W's first slice in flight while the norm reads x
-        rk = tl.arange(0, BLOCK_K)
-        w_first = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)  # [ROWS, BK]
     if HAS_NORM:
         inv_rms = _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, NORM_BLOCK)    # [BM]
-    else:
-        inv_rms = tl.full((BLOCK_M,), 1.0, tl.float32)                            # [BM] unused
     acc = tl.zeros((BLOCK_M, ROWS), tl.float32)
     if HAS_BIAS:                                  # bias and residual first: their latency hides behind the K loop
         acc += tl.load(b_ptr + w_row, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_RESIDUAL:
         acc += tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :], mask=m_ok[:, None] & n_ok[None, :],
                        other=0.0).to(tl.float32)                                                    # [BM, ROWS]
-    if HAS_NORM and EARLY_SLICE:
-        acc = _slice_product(acc, w_first, x_ptr, g_ptr, rm, m_ok, 0, K, inv_rms, stride_xm, BLOCK_K, HAS_NORM,
-                             y_ptr.dtype.element_ty)
-        k_start = BLOCK_K
-    for k0 in range(k_start, K, BLOCK_K):
+    w_rows = w_ptr + w_row[:, None].to(tl.int64) * stride_wn                    # [ROWS, 1]
+    for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
-        w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)      # [ROWS, BK]
-        acc = _slice_product(acc, w, x_ptr, g_ptr, rm, m_ok, k0, K, inv_rms, stride_xm, BLOCK_K, HAS_NORM,
-                             y_ptr.dtype.element_ty)
+        k_ok = rk < K
+        w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)           # [ROWS, BK]
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0.0).to(tl.float32)                                                       # [BM, BK]
+        if HAS_NORM:
+            g = tl.load(g_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)                           # [BK]
+            x = (g[None, :] * (x * inv_rms[:, None])).to(y_ptr.dtype.element_ty).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)                        # [BM, ROWS]
     if GATED:                                     # as the compiled MLP: both rounded, silu(gate) * up rounded once
         halves = tl.permute(tl.reshape(acc.to(y_ptr.dtype.element_ty).to(tl.float32), (BLOCK_M, 2, BLOCK_N)), (0, 2, 1))
         gate, up = tl.split(halves)                                                                 # [BM, BN] each
@@ -173,8 +153,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             x if norm is None else norm[0], y, m, n, k, 0.0 if norm is None else float(norm[1]),
             x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k,
-            NORM_BLOCK=min(cfg.norm_block or cfg.block_k, triton.next_power_of_2(k)), EARLY_SLICE=cfg.early_slice,
-            HAS_BIAS=bias is not None,
+            NORM_BLOCK=min(cfg.norm_block or cfg.block_k, triton.next_power_of_2(k)), HAS_BIAS=bias is not None,
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, GATED=gated, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return y
