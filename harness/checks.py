@@ -93,10 +93,9 @@ def check_cell_options(cfg) -> str:
     return device
 
 
-def compile_step_enabled(setting: str, device: str, graph: bool = True) -> bool:
-    """Whether the static decode step runs compiled: on, or auto where the step is a CUDA graph (a CUDA device and,
-    `graph`, a model on that one device)."""
-    return setting == "on" or (setting == "auto" and device.startswith("cuda") and graph)
+def compile_step_enabled(setting: str, device: str) -> bool:
+    """Whether the static decode step runs compiled: on, or auto where the step is a CUDA graph (a CUDA device)."""
+    return setting == "on" or (setting == "auto" and device.startswith("cuda"))
 
 
 def check_model_source(model_cfg) -> dict:

@@ -257,17 +257,13 @@ def static_decode_note(cfg: DictConfig, devices: list[str]) -> str:
     if len(devices) < 2 or str(cfg.get("static_decode", "auto")) == "off":
         return ""
     return (f"per GPU: the frozen cache's step replays one CUDA graph on each of {', '.join(devices)} "
-            f"(harness.segmented_graph); compile_step stays off over several GPUs")
+            f"(harness.segmented_graph)")
 
 
-def step_compilation(cfg: DictConfig, device: str, devices: list[str]) -> bool:
-    """Whether the frozen step runs compiled (`compile_step`: auto compiles a step on one GPU); CellError (one
-    sentence) for compile_step=on over several GPUs."""
-    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device, graph=len(devices) < 2)
-    if compile_step and len(devices) > 1:
-        raise CellError(f"compile_step=on compiles a step on one GPU and this placement spans {', '.join(devices)}; "
-                        f"use compile_step=auto or off.")
-    return compile_step
+def step_compilation(cfg: DictConfig, device: str) -> bool:
+    """Whether the frozen step runs compiled (`compile_step`: auto compiles the CUDA-graph step, on one GPU or on
+    each GPU of a split model)."""
+    return compile_step_enabled(str(cfg.get("compile_step", "off")), device)
 
 
 def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
@@ -296,7 +292,7 @@ def execute(plan: CellPlan, device: str, recorder, memory=None):
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]
     static_decode, graph_note = str(cfg.get("static_decode", "auto")), static_decode_note(cfg, devices)
-    compile_step = step_compilation(cfg, device, devices)
+    compile_step = step_compilation(cfg, device)
     seed_everything(int(cfg.seed))
     loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()

@@ -268,9 +268,6 @@ class DecodeStep:
 
     def __init__(self, model, cache, state: StaticState, graph: bool = False, compile_step: bool = False,
                  graph_demotions: bool = True):
-        if compile_step and state is not None and len(state.mirrors) > 1:
-            raise ValueError(f"compile_step runs on one GPU, and this frozen cache spans {', '.join(state.mirrors)}; "
-                             f"decode it with compile_step off.")
         refusal = compile_step_refusal(model) if compile_step else None
         if refusal:
             raise ValueError(refusal)

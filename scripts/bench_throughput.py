@@ -27,7 +27,7 @@ of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth 
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
 the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
 --gpus N > 1 builds the random model over N GPUs (decoder layers split in order, harness.placement) and its rows
-decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` stays on one GPU), `+frozen`
+decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` compiles on each), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
 in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
 rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles one step per row; on
@@ -129,7 +129,7 @@ def row_engine(row_name: str) -> tuple[str, bool, bool, bool]:
     return name.removesuffix(GRAPH_SUFFIX).removesuffix(FROZEN_SUFFIX), graph or frozen, graph, compiled
 
 
-def check_rows(row_names: list[str], gpus: int) -> None:
+def check_rows(row_names: list[str]) -> None:
     """ValueError (one sentence) for a row name this run cannot serve, before any model is built."""
     known = known_quantizers()
     for row_name in row_names:
@@ -139,9 +139,6 @@ def check_rows(row_names: list[str], gpus: int) -> None:
             raise ValueError(f"{row_name}: a row is {' or '.join(BF16_CACHES)}, or a quantizer ({', '.join(known)}) "
                              f"with an optional ':model' and {FROZEN_SUFFIX}, {GRAPH_SUFFIX} or "
                              f"{GRAPH_SUFFIX}{COMPILE_SUFFIX}.")
-        if compiled and gpus > 1:
-            raise ValueError(f"{row_name}: {COMPILE_SUFFIX} compiles a step on one GPU and --gpus {gpus} splits the "
-                             f"model; use {row_name.removesuffix(COMPILE_SUFFIX)} (one CUDA graph per GPU).")
 
 
 def fill_dynamic(cache, model, batch: int, ctx: int, dtype) -> None:
@@ -447,7 +444,7 @@ def parse_args():
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
     try:                                                          # a bad row name fails before the model is built
-        check_rows(args.quantizers.split(","), args.gpus)
+        check_rows(args.quantizers.split(","))
     except ValueError as err:
         parser.error(str(err))
     available = torch.cuda.device_count() if torch.cuda.is_available() and not args.tiny else 0

@@ -260,6 +260,21 @@ def test_segmented_capture_replays_like_one_graph(tiny, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_segmented_capture_replays_the_compiled_step_like_one_graph(tiny, tmp_path, monkeypatch):
+    """The compiled step (harness.compiled_step) captured as two graphs (a boundary forced before layer 1, as a
+    model split over two GPUs gets): the single compiled graph's tokens, logits within float noise."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    plain_tokens, plain_logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True,
+                                                   compile_step=True)
+    made = _segment_graphs_before_layer_1(monkeypatch)
+    tokens, logits, *_ = static_greedy(model, tok, quantizer, device="cuda", graph=True, compile_step=True)
+    assert len(made) == 1 and [str(s.device) for s in made[0].segments] == ["cuda:0", "cuda:0"]
+    assert torch.equal(tokens, plain_tokens)
+    for a, b in zip(logits, plain_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_segmented_capture_ends_its_capture_when_the_forward_fails(tiny, tmp_path, monkeypatch):
     """A forward that fails inside the second segment's capture (a boundary forced before layer 1): the error
     reaches the caller, no stream is left capturing, the capture's hooks are gone, and the next generation's
