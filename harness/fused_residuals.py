@@ -15,7 +15,9 @@ one rounding, where the stock layer rounds the projection and then the sum; more
 
 A layer is taken only where its class forward is the stock one (checked by its source, comments and whitespace
 removed), its attention's forward ends by returning the output projection's result, and that projection is a plain
-Linear (which harness.fused_projections runs); others keep their forward.
+Linear (which harness.fused_projections runs); others keep their forward. A layer of a model split over GPUs keeps
+accelerate's hook (harness.placement), which moves its inputs to its GPU and then calls the forward it wrapped: that
+wrapped forward is the one swapped (`forward_slot`).
 
 Its two RMSNorms fold into the GEMMs after them where `norm_folding_layer` holds (stock RMSNorm forwards, an
 attention that uses its input only in the q, k and v projections, those fused into one GEMM, and a fused gated MLP):
@@ -48,11 +50,23 @@ ATTENTION_INPUT_USES = ("defforward(self,hidden_states:", "hidden_states.shape[:
                         "self.k_proj(hidden_states)", "self.v_proj(hidden_states)")
 
 
+def forward_slot(module: torch.nn.Module) -> str | None:
+    """The attribute whose forward a step may swap: "forward" (the instance has none of its own), "_old_forward"
+    (an accelerate hook's wrapper, which calls that attribute after moving the inputs, around the class's
+    forward), or None (another wrapper: left alone)."""
+    if "forward" not in vars(module):
+        return "forward"
+    wrapped = vars(module).get("_old_forward")
+    if hasattr(module, "_hf_hook") and getattr(wrapped, "__func__", None) is type(module).forward:
+        return "_old_forward"
+    return None
+
+
 def residual_layer(module: torch.nn.Module) -> bool:
-    """A stock pre-norm decoder layer (no forward of its own instance) whose attention returns its plain-Linear
-    output projection's result."""
+    """A stock pre-norm decoder layer (no forward of its own instance but an accelerate hook's, `forward_slot`) whose
+    attention returns its plain-Linear output projection's result."""
     attention = getattr(module, "self_attn", None)
-    return ("forward" not in vars(module) and bare_source(type(module).forward).endswith(STOCK_LAYER_BODY)
+    return (forward_slot(module) is not None and bare_source(type(module).forward).endswith(STOCK_LAYER_BODY)
             and attention is not None and bare_source(type(attention).forward).endswith(STOCK_ATTENTION_END)
             and plain_linear(getattr(attention, "o_proj", None)))
 
@@ -123,12 +137,16 @@ def fused_residuals(layers: list[torch.nn.Module], residual_mlps: set[int], norm
     in their forward; the layers whose id is in norm_folding, `norm_folding_layer`s found before any forward was
     swapped, with such an MLP fold their norms); the stock forwards again after. The projections must run
     harness.fused_projections' forwards inside (they take the residual and the norm)."""
-    for layer in layers:
+    slots = [(layer, forward_slot(layer), vars(layer).get("_old_forward")) for layer in layers]
+    for layer, slot, _ in slots:
         takes = id(layer.mlp) in residual_mlps
-        layer.forward = functools.partial(residual_layer_forward, layer, mlp_takes_residual=takes,
-                                          fold_norms=takes and id(layer) in norm_folding)
+        setattr(layer, slot, functools.partial(residual_layer_forward, layer, mlp_takes_residual=takes,
+                                               fold_norms=takes and id(layer) in norm_folding))
     try:
         yield
     finally:
-        for layer in layers:
-            del layer.forward
+        for layer, slot, wrapped in slots:
+            if slot == "forward":
+                del layer.forward
+            else:
+                layer._old_forward = wrapped        # the hook's wrapper calls the class's forward again

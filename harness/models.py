@@ -246,7 +246,7 @@ def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None 
 
     device_map: module name -> device (harness/placement.py), or None: all of it on `device`.
     """
-    from harness.placement import dispatch
+    from harness.placement import block_hooks_only, dispatch
     where = resolve_location(cfg)
     dtype = model_dtype(cfg)
     device_map = dict(device_map or {"": device})
@@ -262,6 +262,7 @@ def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None 
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained(pretrained_folder(cfg), dtype=dtype, attn_implementation="sdpa",
                                                      device_map=device_map).eval()
+        block_hooks_only(model, device_map)
         weights = "pretrained"
     return LoadedModel(model, tok, chat_prompts(cfg, tok), cfg.name, weights, tok_name)
 

@@ -157,9 +157,29 @@ def on_device(device: torch.device):
 
 
 def dispatch(model: torch.nn.Module, device_map: dict[str, str]) -> torch.nn.Module:
-    """Hooks that carry activations between the devices of a model placed over several (accelerate)."""
+    """Hooks that carry activations between the devices of a model placed over several (accelerate), on the
+    device map's blocks only (`block_hooks_only`)."""
     if len(devices_in(device_map)) > 1:
         from accelerate import dispatch_model
         dispatch_model(model, device_map=device_map, main_device=devices_in(device_map)[0])   # inputs stay put
     model.hf_device_map = dict(device_map)
+    return block_hooks_only(model, device_map)
+
+
+def block_hooks_only(model: torch.nn.Module, device_map: dict[str, str]) -> torch.nn.Module:
+    """Remove the hooks accelerate's dispatch puts on every module inside a block of the device map (it hooks each
+    submodule with parameters, `attach_execution_device_hook`). A block's own hook brings its inputs to its device,
+    where all its parameters are, so an inner hook moves nothing; its wrapped forward, an instance attribute, would
+    hide the module from what swaps forwards for a step (harness.compiled_step). The blocks keep theirs: a decoder
+    layer's hook also moves the tensors every layer is handed (RoPE's cos and sin) to its device."""
+    if len(devices_in(device_map)) < 2:
+        return model
+    from accelerate.hooks import remove_hook_from_module
+    for block_name in device_map:
+        block = model.get_submodule(block_name)
+        for name, module in block.named_modules(prefix=block_name):
+            if name != block_name and name not in device_map and hasattr(module, "_hf_hook"):
+                remove_hook_from_module(module)          # leaves the class's forward bound on the instance
+                if getattr(vars(module).get("forward"), "__func__", None) is type(module).forward:
+                    del module.forward
     return model

@@ -167,6 +167,32 @@ def test_frozen_cache_mirrors_its_lengths_on_each_layers_device():
         DecodeStep(torch.nn.Module(), cache, state, graph=True)
 
 
+def test_a_split_model_keeps_hooks_on_its_blocks_only_and_its_layers_stay_fusable(tiny):
+    """dispatch over two devices (CPU + meta): accelerate's hooks stay on the device map's blocks (the layers move
+    their inputs), the modules inside a layer lose theirs (compile_step swaps their forwards), and a fused decoder
+    layer swaps the forward its hook wraps, restored after."""
+    import functools
+    from harness.compiled_step import compilable_modules
+    from harness.fused_residuals import forward_slot, fused_residuals, residual_layer_forward, residual_layers
+    model = tiny("qwen3")[0]
+    layout = pl.module_layout(model)
+    device_map = {name: "cpu" for name in layout.head + layout.layers[:1]}
+    device_map |= {name: "meta" for name in layout.layers[1:] + layout.tail}
+    for name, device in device_map.items():
+        model.get_submodule(name).to(device)
+    pl.dispatch(model, device_map)
+    hooked = {name for name, m in model.named_modules() if hasattr(m, "_hf_hook")}
+    assert hooked - {""} == set(device_map)
+    layers = list(model.model.layers)
+    assert len(compilable_modules(model)) == 5 * len(layers)              # two norms, q/k norms and the MLP each
+    assert residual_layers(model) == layers and {forward_slot(layer) for layer in layers} == {"_old_forward"}
+    with fused_residuals(layers, set()):
+        for layer in layers:
+            assert isinstance(layer._old_forward, functools.partial)
+            assert layer._old_forward.func is residual_layer_forward and "_hf_hook" in vars(layer)
+    assert all(layer._old_forward.__func__ is type(layer).forward for layer in layers)
+
+
 def test_tiny_model_loads_through_a_one_device_map():
     loaded = load_model(compose_cell("model=tiny_llama").model, device_map={"": "cpu"})
     assert loaded.model.hf_device_map == {"": "cpu"} and loaded.weights == "tiny"
