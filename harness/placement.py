@@ -171,14 +171,17 @@ def block_hooks_only(model: torch.nn.Module, device_map: dict[str, str]) -> torc
     submodule with parameters, `attach_execution_device_hook`). A block's own hook brings its inputs to its device,
     where all its parameters are, so an inner hook moves nothing; its wrapped forward, an instance attribute, would
     hide the module from what swaps forwards for a step (harness.compiled_step). The blocks keep theirs: a decoder
-    layer's hook also moves the tensors every layer is handed (RoPE's cos and sin) to its device."""
+    layer's hook also moves the tensors every layer is handed (RoPE's cos and sin) to its device. Hooks that load
+    offloaded weights (a block mapped to "cpu" or "disk" beside GPUs) stay."""
     if len(devices_in(device_map)) < 2:
         return model
-    from accelerate.hooks import remove_hook_from_module
+    from accelerate.hooks import AlignDevicesHook, remove_hook_from_module
     for block_name in device_map:
         block = model.get_submodule(block_name)
         for name, module in block.named_modules(prefix=block_name):
-            if name != block_name and name not in device_map and hasattr(module, "_hf_hook"):
+            hook = getattr(module, "_hf_hook", None)
+            if (name != block_name and name not in device_map and type(hook) is AlignDevicesHook
+                    and not hook.offload):
                 remove_hook_from_module(module)          # leaves the class's forward bound on the instance
                 if getattr(vars(module).get("forward"), "__func__", None) is type(module).forward:
                     del module.forward
