@@ -22,6 +22,8 @@ from harness.quantized_context import quantized_context_logits, quantizes_cache
 from harness.task import Task
 
 SHIPPED_TASKS = Path(__file__).parent / "lm_eval_tasks"
+DEFAULT_GEN_TOKENS = 256    # HFLM.max_gen_toks: what a generate_until task without a limit of its own asks for
+GEN_TOKEN_KEYS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")   # lm-eval's spellings
 
 
 def _cached_hflm_class():
@@ -85,11 +87,27 @@ def unknown_tasks(tasks: list[str], include_path: str) -> list[str]:
     """The names in `tasks` that are neither a task, group or tag lm-eval knows (include_path's YAMLs, then its
     built-in ones, indexed only when a name is not local) nor a YAML file."""
     names = [task for task in tasks if not (str(task).endswith(".yaml") and Path(task).is_file())]
-    local = set(task_manager(include_path, False).all_tasks)
-    if all(name in local for name in names):
-        return []
-    known = set(task_manager(include_path, True).all_tasks)
-    return [name for name in names if name not in known]
+    return [name for name in names if name not in _task_index(names, include_path)]
+
+
+def _task_index(tasks: list[str], include_path: str) -> dict:
+    """lm-eval's index entries by name: include_path's alone when it defines every task, else the built-in ones too."""
+    local = task_manager(include_path, False).task_index
+    return local if all(task in local for task in tasks) else task_manager(include_path, True).task_index
+
+
+def generation_lengths(tasks: list[str], include_path: str) -> dict[str, int]:
+    """{task: tokens it asks to generate} for the generate_until tasks named in `tasks` whose indexed config says
+    so itself (`generation_kwargs`, else HFLM's DEFAULT_GEN_TOKENS); groups, tags and configs that `include`
+    another are left to lm-eval's own check."""
+    index, lengths = _task_index(tasks, include_path), {}
+    for task in tasks:
+        cfg = getattr(index.get(task), "cfg", None) or {}
+        if cfg.get("output_type") != "generate_until" or "include" in cfg:
+            continue
+        kwargs = cfg.get("generation_kwargs") or {}
+        lengths[task] = next((int(kwargs[key]) for key in GEN_TOKEN_KEYS if key in kwargs), DEFAULT_GEN_TOKENS)
+    return lengths
 
 
 def flatten_results(results: dict) -> dict[str, float]:
@@ -155,6 +173,17 @@ class LmEval(Task):
         if unknown:
             raise ValueError(f"task.tasks names {unknown}, which lm-eval does not know (neither in "
                              f"{include or 'eval/lm_eval_tasks'} nor among its built-in tasks, groups and tags).")
+
+    def check_prompts(self, tokenizer, chat: bool, ctx: int, seed: int) -> None:
+        """A generate_until task needs ctx.tokens above the tokens it generates (lm-eval asserts it only once the
+        weights have loaded)."""
+        include = str(self.cfg.get("include_path") or SHIPPED_TASKS)
+        lengths = generation_lengths(list_option(self.cfg.tasks, "task.tasks"), include)
+        short = sorted(task for task, tokens in lengths.items() if tokens >= ctx)
+        if short:
+            most = max(lengths[task] for task in short)
+            raise ValueError(f"task.tasks {short} generate up to {most} tokens, which leaves no room for a prompt "
+                             f"in ctx.tokens={ctx}; give ctx.tokens above {most}.")
 
     def run(self, loaded, seam, ctx, seed, static_decode="off", paths=None, compile_step=False):
         return evaluate(loaded, seam, self.cfg, ctx, seed, paths)

@@ -80,3 +80,34 @@ def test_the_task_index_is_built_once_for_validation_and_the_run():
     first = lm_eval_bridge.task_manager(TASKS, False)
     assert lm_eval_bridge.task_manager(TASKS, False) is first
     assert lm_eval_bridge.task_manager.cache_info().misses == 1
+
+
+def test_generation_lengths_come_from_the_indexed_task_configs():
+    """toy_qa asks for 8 tokens itself; a generate_until task without a limit gets HFLM's 256; other output types and
+    unknown names are not generate_until tasks here."""
+    assert lm_eval_bridge.generation_lengths(["toy_qa", "toy_choice", "nope"], TASKS) == {"toy_qa": 8}
+    assert lm_eval_bridge.generation_lengths(["gsm8k"], TASKS) == {"gsm8k": lm_eval_bridge.DEFAULT_GEN_TOKENS}
+
+
+def test_a_context_at_the_generation_length_is_refused_before_the_weights_load(tmp_path, monkeypatch):
+    """ctx.tokens=8 and toy_qa's 8 generated tokens: lm-eval would assert after loading; the cell ends in one
+    sentence with the tokenizer alone, and its error row says why."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    import harness.pipeline as pipeline
+    from report.store import ResultsStore
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights loaded")
+    monkeypatch.setattr(pipeline, "load_prepared", no_weights)
+    with initialize_config_dir(config_dir=str(Path(TASKS).parents[1] / "configs"), version_base="1.3"):
+        cfg = compose("config", ["model=tiny_qwen3", "task=lm_eval", "task.tasks=[toy_qa]", "ctx.tokens=8",
+                                 f"results_dir={tmp_path}"])
+    with pytest.raises(pipeline.CellError, match=r"task.tasks \['toy_qa'\] generate up to 8 tokens") as err:
+        pipeline.run_cell(cfg, ResultsStore(tmp_path))
+    assert "\n" not in str(err.value) and "ctx.tokens above 8" in str(err.value)
+    (row,) = [json.loads(line) for path in tmp_path.rglob("rows/**/*.jsonl") for line in path.open()]
+    assert row["status"] == "error" and row["error"] == str(err.value)
+    assert pipeline.validate(cfg).task.check_prompts(None, False, 9, 0) is None           # 9 leaves one prompt token
