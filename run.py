@@ -35,7 +35,7 @@ try:
     from omegaconf import DictConfig
 
     from harness.cli_args import bad_group_choice
-    from harness.pipeline import CellDoesNotFit, CellError, run_cell
+    from harness.pipeline import CellDoesNotFit, CellError, ctx_label, run_cell
     from report.store import ResultsStore
     from report.summary import summary_text
     from report.wandb_logger import log_cell, log_failure
@@ -67,7 +67,7 @@ def report(message: str) -> None:
 
 
 def cell_name(cfg: DictConfig) -> str:
-    return (f"model={cfg.model.name} quantizer={cfg.quantizer.name} task={cfg.task.name} ctx={cfg.ctx.name} "
+    return (f"model={cfg.model.name} quantizer={cfg.quantizer.name} task={cfg.task.name} ctx={ctx_label(cfg.ctx)} "
             f"seed={cfg.seed}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,16 +60,28 @@ def model_label(model_cfg: DictConfig) -> str:
     return f"{model_cfg.name}{DRY_RUN_SUFFIX}" if model_cfg.get("source") == "random" else str(model_cfg.name)
 
 
+def ctx_label(ctx_cfg: DictConfig) -> str:
+    """A cell's ctx in its rows and messages: the ctx config's name ("4k"), or the token count where ctx.tokens
+    overrides what the name says (`ctx=4k ctx.tokens=1024` is keyed "1024", so it never stands in a 4k column).
+    A name that is not a count ("long") stays."""
+    name, tokens = str(ctx_cfg.name), int(ctx_cfg.tokens)
+    count = re.fullmatch(r"(\d+)([kK]?)", name)
+    if count is None or int(count.group(1)) * (1024 if count.group(2) else 1) == tokens:
+        return name
+    return str(tokens)
+
+
 def cell_definition(cfg: DictConfig) -> tuple[dict, dict]:
     """(row key, cell settings): the key names the cell in tables; the hash of the settings is the cell id.
 
-    A random-weight cell's key names its model `<name>@random` (`model_label`), so it never joins real rows.
+    A random-weight cell's key names its model `<name>@random` (`model_label`), so it never joins real rows, and
+    a ctx.tokens override its ctx by the count (`ctx_label`).
 
     The settings are the resolved model, quantizer, task and ctx groups and the seed (everything that
     changes results), less `_target_` (code, not a setting) and less ID_NEUTRAL_DEFAULTS at their defaults.
     """
     key = {"model": model_label(cfg.model), "quantizer": cfg.quantizer.name, "task": cfg.task.name,
-           "ctx": cfg.ctx.name, "seed": int(cfg.seed)}
+           "ctx": ctx_label(cfg.ctx), "seed": int(cfg.seed)}
     full = {name: _settings(cfg[name]) for name in ("model", "quantizer", "task", "ctx")}
     full["task"]["module"] = str(cfg.task._target_).rpartition(".")[0]   # the task's identity is its module
     for (group, option), default in ID_NEUTRAL_DEFAULTS.items():

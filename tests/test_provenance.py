@@ -40,6 +40,16 @@ def test_settings_that_change_results_change_the_id_and_code_paths_do_not():
     assert cell_id("quantizer=naive_int2", "quantizer._target_=harness.uniform.UniformKVQuantizer") == plain
 
 
+def test_a_ctx_tokens_override_keys_the_cell_by_its_count_not_the_ctx_name():
+    """`ctx=4k ctx.tokens=1024` is a 1024-token cell: keyed "1024" so a table never shows it as 4k; a name that is
+    its count, or not a count at all, stays."""
+    assert cell_definition(compose_cell("ctx=4k"))[0]["ctx"] == "4k"
+    assert cell_definition(compose_cell("ctx=4k", "ctx.tokens=1024"))[0]["ctx"] == "1024"
+    assert cell_definition(compose_cell("ctx=4k", "ctx.tokens=4096"))[0]["ctx"] == "4k"
+    assert cell_definition(compose_cell("ctx=4k", "ctx.name=long", "ctx.tokens=3000"))[0]["ctx"] == "long"
+    assert cell_id("ctx=4k", "ctx.tokens=1024") != cell_id("ctx=4k")
+
+
 def test_rows_record_settings_artifacts_run_and_git(tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path / "cache"))
     cfg = compose_cell("quantizer=oscar", "quantizer.sink=4", "quantizer.recent=16", "quantizer.calibration.budget=256",
