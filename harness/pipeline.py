@@ -273,12 +273,6 @@ def static_decode_note(cfg: DictConfig, devices: list[str]) -> str:
             f"(harness.segmented_graph)")
 
 
-def step_compilation(cfg: DictConfig, device: str) -> bool:
-    """Whether the frozen step runs compiled (`compile_step`: auto compiles the CUDA-graph step, on one GPU or on
-    each GPU of a split model)."""
-    return compile_step_enabled(str(cfg.get("compile_step", "off")), device)
-
-
 def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
     """The cell's model on `device` (or placed by `device_map`; a LoadedModel), its architecture and quantizer
     checked, the quantizer prepared (calibrated or loaded): what a run and a notebook session (notebook.py)
@@ -305,7 +299,7 @@ def execute(plan: CellPlan, device: str, recorder, memory=None):
     device_map = memory.device_map if memory is not None else None
     devices = devices_in(device_map) if device_map else [device]
     static_decode, graph_note = str(cfg.get("static_decode", "auto")), static_decode_note(cfg, devices)
-    compile_step = step_compilation(cfg, device)
+    compile_step = compile_step_enabled(str(cfg.get("compile_step", "off")), device)   # on every GPU of a split
     seed_everything(int(cfg.seed))
     loaded = load_prepared(plan, device, device_map)
     recorder.artifacts = plan.quantizer.artifacts()
