@@ -5,6 +5,8 @@ import pytest
 
 from eval import lm_eval_bridge
 
+pytest.importorskip("lm_eval", reason="lm-eval is the optional [eval] extra (requirements-cpu.txt installs it)")
+
 TASKS = str(Path(lm_eval_bridge.__file__).parent / "lm_eval_tasks")
 
 
