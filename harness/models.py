@@ -240,9 +240,10 @@ def chat_prompts(cfg, tok) -> bool:
     return bool(cfg.get("chat", False)) and bool(getattr(tok, "chat_template", None) or cfg.source != "random")
 
 
-def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None = None) -> LoadedModel:
+def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None = None,
+               tokenizer: tuple | None = None) -> LoadedModel:
     """Load the model described by a `configs/model/*.yaml` node straight onto its devices, with `load_tokenizer`'s
-    tokenizer.
+    tokenizer (or `tokenizer`, what `load_tokenizer(cfg)` returned earlier: a cell's prompt check loads it first).
 
     device_map: module name -> device (harness/placement.py), or None: all of it on `device`.
     """
@@ -250,7 +251,7 @@ def load_model(cfg, device: str = "cpu", seed: int = 0, device_map: dict | None 
     where = resolve_location(cfg)
     dtype = model_dtype(cfg)
     device_map = dict(device_map or {"": device})
-    tok, tok_name = load_tokenizer(cfg)
+    tok, tok_name = tokenizer or load_tokenizer(cfg)
     if cfg.source == "tiny":
         model, _ = build_tiny(cfg.arch, dtype=dtype)
         model, weights = dispatch(_place_whole(model, device_map), device_map), "tiny"

@@ -41,6 +41,7 @@ class CellPlan:
     key: dict
     definition: dict
     device: str = "cpu"       # where the cell runs (device=auto resolved)
+    tokenizer: tuple | None = None   # (tokenizer, name) that checked the prompts (`prompt_problem`), reused at load
 
 
 # Options added after cells were first recorded, with the value every earlier cell ran with. Such an option
@@ -155,11 +156,13 @@ def validate(cfg: DictConfig) -> CellPlan:
 def prompt_problem(plan: CellPlan) -> str | None:
     """The task's prompt check (`Task.check_prompts`) with the model's tokenizer alone, before any weights load or
     calibration runs: one sentence where the cell's context cannot hold the task's prompts, else None (no tokenizer
-    is loaded for a task without a check)."""
+    is loaded for a task without a check). The tokenizer stays on the plan: the model's load takes it (Gemma 3's
+    took 5 s to load here)."""
     if type(plan.task).check_prompts is Task.check_prompts:
         return None
     from harness.models import chat_prompts, load_tokenizer
-    tok, _ = load_tokenizer(plan.cfg.model)
+    plan.tokenizer = load_tokenizer(plan.cfg.model)
+    tok = plan.tokenizer[0]
     try:
         plan.task.check_prompts(tok, chat_prompts(plan.cfg.model, tok), int(plan.cfg.ctx.tokens), int(plan.cfg.seed))
     except ValueError as err:
@@ -280,7 +283,8 @@ def load_prepared(plan: CellPlan, device: str, device_map: dict | None = None):
     from harness.models import load_model
     from harness.seam import check_architecture
     log.info("loading model %s (%s) on %s", plan.cfg.model.name, plan.cfg.model.source, device)
-    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed), device_map=device_map)
+    loaded = load_model(plan.cfg.model, device=device, seed=int(plan.cfg.seed), device_map=device_map,
+                        tokenizer=plan.tokenizer)
     try:
         check_architecture(loaded.model.config)
         plan.quantizer.check(loaded.model.config)      # against the model: head_dim, layers, rotation files

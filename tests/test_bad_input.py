@@ -219,6 +219,17 @@ def test_missing_optional_package_is_one_sentence(monkeypatch):
     assert "pip install -e '.[eval]'" in refused("task=lm_eval")
 
 
+def test_a_cell_that_checks_its_prompts_loads_its_tokenizer_once(tmp_path, monkeypatch):
+    """RULER checks its prompts with the tokenizer before the weights load; the load reuses that tokenizer."""
+    import harness.models as models
+    calls, real = [], models.load_tokenizer
+    monkeypatch.setattr(models, "load_tokenizer", lambda cfg: calls.append(cfg.name) or real(cfg))
+    cfg = compose_cell("debug=tiny", "task.samples=1", "task.max_new_tokens=2", "ctx.tokens=1024",
+                       f"results_dir={tmp_path}")
+    rows = run_cell(cfg, ResultsStore(tmp_path))
+    assert rows[0]["status"] == "ok" and calls == ["tiny_qwen3"]
+
+
 def test_debug_tiny_runs_longbench_from_a_local_file(tmp_path):
     cfg = compose_cell("debug=tiny", "task=longbench", f"task.data_path={FIXTURES / 'longbench_tiny.jsonl'}",
                        "task.subsets=[hotpotqa]", "task.samples=1", f"results_dir={tmp_path}")
