@@ -10,10 +10,10 @@ rows of W over the whole K in BLOCK_K-wide slices (fp32 products and sums, one r
 split-K reduction and no second launch; small BLOCK_N gives enough programs to keep every SM reading. A residual
 (the decoder layer's stream that an output or down projection is added to) is added in the same epilogue, so the add
 costs no launch of its own. An RMSNorm in front of the projection (`norm`: its weight g [K] and eps) is folded in the
-same way: each program sums x's squares over K (in one slice up to K = 4096) before its loop and normalizes each
-slice as it loads it, rounding the normalized row to x's dtype as `rms_norm` (the compiled stock norm) does, so the
-norm costs no launch either. The reference is `gemv_reference` (fp32 x @ W^T + bias + residual, rounded once): the
-kernel sums in another order, so it matches within fp32 rounding, not bit for bit.
+same way: each program sums x's squares over K (a single row in one slice up to K = 4096) before its loop and
+normalizes each slice as it loads it, rounding the normalized row to x's dtype as `rms_norm` (the compiled stock
+norm) does, so the norm costs no launch either. The reference is `gemv_reference` (fp32 x @ W^T + bias + residual,
+rounded once): the kernel sums in another order, so it matches within fp32 rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class GemvConfig(NamedTuple):
     block_k: int = 1024
     num_warps: int = 1
     num_stages: int = 3
-    norm_block: int = 4096   # K-slice width of a folded RMSNorm's sum of squares (0: block_k), capped at K's power of 2
+    norm_block: int = 4096   # a folded RMSNorm's K-slice for its sum of squares at one row (0, or more rows: block_k)
 
 
 @triton.jit
@@ -153,9 +153,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             x if norm is None else norm[0], y, m, n, k, 0.0 if norm is None else float(norm[1]),
             x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k,
-            NORM_BLOCK=min(cfg.norm_block or cfg.block_k, triton.next_power_of_2(k)), HAS_BIAS=bias is not None,
-            HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, GATED=gated, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages)
+            NORM_BLOCK=min((cfg.norm_block if m == 1 else 0) or cfg.block_k, triton.next_power_of_2(k)),
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, GATED=gated,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
 
 

@@ -55,7 +55,7 @@ def test_gemv_adds_a_residual_before_its_one_rounding(rows, bias):
 def test_gemv_folds_an_rms_norm_in_front(rows, norm_block):
     """norm = (g, eps): the kernel's input is `rms_norm(x, g, eps)`, which is the stock RMSNorm class's result in
     fp32 (Qwen3's), and the product matches the reference's within fp32 rounding, whether the sum of squares runs in
-    the 128-wide slices of the product or (norm_block, capped at 512 for K = 300) in one masked slice."""
+    the 128-wide slices of the product or, for one row, (norm_block, capped at 512 for K = 300) in one masked slice."""
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
     x, w = _operands(rows, 40, 300, seed=2)
     x = x * 3
