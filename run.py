@@ -34,7 +34,7 @@ try:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from harness.cli_args import bad_group_choice
+    from harness.cli_args import bad_group_choice, bad_override
     from harness.pipeline import CellDoesNotFit, CellError, ctx_label, run_cell
     from report.store import ResultsStore
     from report.summary import summary_text
@@ -113,7 +113,8 @@ def main(cfg: DictConfig) -> None:
 
 def entry() -> None:
     """run.py's command line: group names checked first, Ctrl-C one line, a sweep's failed cells named at the end."""
-    problem = bad_group_choice(sys.argv[1:], REPO_ROOT / "configs")
+    problem = (bad_group_choice(sys.argv[1:], REPO_ROOT / "configs")
+               or bad_override(sys.argv[1:], REPO_ROOT / "configs"))
     if problem:
         report(f"error: {problem}")
         sys.exit(2)

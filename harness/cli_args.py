@@ -6,7 +6,8 @@
     parser.add_argument("--points", type=batch_ctx_points)                 # '1:32768,8:32768' -> [(1, 32768), ...]
 
 Hydra itself crashes on some group choices (`ctx=0`) and silently drops an unknown choice of an optional group
-(`experiment=nope`); run.py, scripts/sweep_plan.py and scripts/calibrate.py ask `bad_group_choice` first.
+(`experiment=nope`); run.py, scripts/sweep_plan.py and scripts/calibrate.py ask `bad_group_choice` first. Hydra's
+report of an override of a key the config lacks (`task.nope=1`) takes five lines; run.py asks `bad_override` first.
 """
 from __future__ import annotations
 
@@ -29,6 +30,25 @@ def bad_group_choice(argv: list[str], configs: Path) -> str | None:
                 continue
             known = ", ".join(sorted(p.stem for p in (configs / group).glob("*.yaml")))
             return f"{group}={choice} names no config in configs/{group}/; known: {known}."
+    return None
+
+
+def bad_override(argv: list[str], configs: Path) -> str | None:
+    """One sentence for a `group.key=value` override of a key the composed config lacks, found by composing it as
+    run.py's Hydra would; None when it composes, fails otherwise (Hydra reports that itself), or when argv holds a
+    flag (-m sweeps list values, --config-dir moves the configs)."""
+    if any(arg.startswith("-") for arg in argv):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+    try:
+        with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+            compose("config", list(argv))
+    except ConfigCompositionException as err:
+        lines = str(err).splitlines()
+        if len(lines) > 1 and lines[0].startswith("Could not override") and "use +" in lines[1]:
+            key, addition = lines[0].split("'")[1], lines[1].rpartition("use ")[2]
+            return f"{key} is not a key of the composed config (a typo, or an option it lacks); to add it: {addition}."
     return None
 
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli_args import bad_group_choice, batch_ctx_points, kernel_head_dims, positive_int, positive_ints
+from harness.cli_args import (bad_group_choice, bad_override, batch_ctx_points, kernel_head_dims, positive_int,
+                              positive_ints)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -16,6 +17,14 @@ def test_every_choice_of_a_group_and_of_a_sweep_list_needs_its_config_file():
     problem = bad_group_choice(["ctx=4k", "quantizer=bf16,zzz"], CONFIGS)
     assert problem.startswith("quantizer=zzz names no config in configs/quantizer/; known: bf16, hf_quantized_cache,")
     assert bad_group_choice(["experiment=nope"], CONFIGS).startswith("experiment=nope names no config")
+
+
+def test_an_override_of_a_key_the_config_lacks_is_one_sentence():
+    problem = bad_override(["quantizer=oscar", "quantizer.nope.deep=2"], CONFIGS)
+    assert problem == ("quantizer.nope.deep is not a key of the composed config (a typo, or an option it lacks); "
+                       "to add it: +quantizer.nope.deep=2.")
+    assert bad_override(["quantizer=oscar", "quantizer.sink=4", "+task.nope=1", "hydra.run.dir=/tmp/x"], CONFIGS) is None
+    assert bad_override(["-m", "task.nope=1"], CONFIGS) is None                  # a sweep: left to Hydra
 
 
 def test_integer_list_types_refuse_text_zero_and_lists_where_one_is_asked():
