@@ -156,8 +156,8 @@ def validate(cfg: DictConfig) -> CellPlan:
 def prompt_problem(plan: CellPlan) -> str | None:
     """The task's prompt check (`Task.check_prompts`) with the model's tokenizer alone, before any weights load or
     calibration runs: one sentence where the cell's context cannot hold the task's prompts, else None (no tokenizer
-    is loaded for a task without a check). The tokenizer stays on the plan: the model's load takes it (Gemma 3's
-    took 5 s to load here)."""
+    is loaded for a task without a check). The tokenizer stays on the plan: the model's load takes it instead of
+    loading it again."""
     if type(plan.task).check_prompts is Task.check_prompts:
         return None
     from harness.models import chat_prompts, load_tokenizer

@@ -371,3 +371,20 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                            "--call", "3", "--before", "before", "--after", "words"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode != 0 and "no call 3" in proc.stderr
+
+
+def test_bench_gemv_shapes_come_from_the_model_configs():
+    """scripts/dev/bench_gemv.py times the step's fused projections: derived from bench_throughput's configs, the
+    Qwen3-4B shapes of results/bench/bench_gemv.md."""
+    import importlib.util
+    sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "scripts" / "dev")]
+    try:
+        spec = importlib.util.spec_from_file_location("bench_gemv", ROOT / "scripts" / "dev" / "bench_gemv.py")
+        bench_gemv = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_gemv)
+    finally:
+        del sys.path[:2]
+    assert bench_gemv.step_shapes(bench_gemv.model_config("qwen3_4b")) == {
+        "qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728),
+        "lm_head": (151936, 2560)}
+    assert bench_gemv.step_shapes(bench_gemv.model_config("qwen3_8b"))["gate_up"] == (24576, 4096)

@@ -4,9 +4,9 @@
     python scripts/dev/bench_gemv.py --rows 1,4 --configs 2x1024x2x3,4x512x4x3   # block_n x block_k x warps x stages
     python scripts/dev/bench_gemv.py --model qwen3_8b --step-ops        # each shape as the decode step calls it
 
-Shapes (N x K, with the compiled step's fused projections): Qwen3-4B q/k/v 6144 x 2560, o 2560 x 4096, gate/up
-19456 x 2560, down 2560 x 9728, LM head 151936 x 2560; Qwen3-8B 6144 x 4096, 4096 x 4096, 24576 x 4096,
-4096 x 12288, 151936 x 4096. `--step-ops` calls each as the step does (q/k/v and gate/up with the RMSNorm folded in,
+Shapes (N x K, with the compiled step's fused projections, `step_shapes` of bench_throughput's model configs):
+Qwen3-4B q/k/v 6144 x 2560, o 2560 x 4096, gate/up 19456 x 2560, down 2560 x 9728, LM head 151936 x 2560; Qwen3-8B
+6144 x 4096, 4096 x 4096, 24576 x 4096, 4096 x 12288, 151936 x 4096. `--step-ops` calls each as the step does (q/k/v and gate/up with the RMSNorm folded in,
 gate/up gated, o and down with the residual). Each call is timed as CUDA-graph replays over enough weight copies to
 exceed L2 (scripts/bench_kernels.py's `graph_ms`), every launch checked against `gemv_reference` first.
 """
@@ -23,14 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kernels import copy_bandwidth, graph_ms  # noqa: E402
+from bench_throughput import MODELS, model_config  # noqa: E402
 from kernels.gemv import GemvConfig, gemv, gemv_reference  # noqa: E402
 
-SHAPES = {"qwen3_4b": {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728),
-                       "lm_head": (151936, 2560)},
-          "qwen3_8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288),
-                       "lm_head": (151936, 4096)}}
 STEP_OPS = {"qkv": {"norm"}, "o": {"residual"}, "gate_up": {"norm", "gated"}, "down": {"residual"}, "lm_head": set()}
 CONFIGS = "2x1024x2x3,2x1024x2x1,2x1024x1x3,1x1024x1x3,1x2048x1x3,2x2048x2x3,2x512x1x3,4x1024x2x3,4x2048x4x3,2x1024x2x4"
+
+
+def step_shapes(config) -> dict[str, tuple[int, int]]:
+    """{projection: (N, K)} of a decode step's weights for a transformers config, q/k/v and gate/up fused."""
+    hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return {"qkv": ((heads + 2 * kv_heads) * head_dim, hidden), "o": (hidden, heads * head_dim),
+            "gate_up": (2 * config.intermediate_size, hidden), "down": (hidden, config.intermediate_size),
+            "lm_head": (config.vocab_size, hidden)}
 
 
 def _config(text: str) -> GemvConfig:
@@ -80,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1")
     parser.add_argument("--configs", default=CONFIGS)
-    parser.add_argument("--model", choices=sorted(SHAPES), default="qwen3_4b")
+    parser.add_argument("--model", choices=MODELS, default="qwen3_4b")
     parser.add_argument("--step-ops", action="store_true", help="call each shape as the decode step does")
     args = parser.parse_args()
     configs = [_config(c) for c in args.configs.split(",")]
@@ -89,7 +95,7 @@ def main() -> None:
           f"{', as the step calls them' if args.step_ops else ''}\n")
     print("| shape | N x K | M | launch | us | read TB/s | of copy |\n|---|---|---|---|---|---|---|")
     for rows in (int(r) for r in args.rows.split(",")):
-        for name, (n, k) in SHAPES[args.model].items():
+        for name, (n, k) in step_shapes(model_config(args.model)).items():
             _time_shape(name, n, k, rows, STEP_OPS[name] if args.step_ops else set(), configs, copy_tbs)
 
 
