@@ -1,7 +1,7 @@
 """A frozen cache's page demotion as a CUDA graph: captured once, then replayed (harness/static_cache.py uses it).
 
     state.demotions = DemotionGraphs(state)    # DecodeStep(graph=True) sets it where `demotion_graph_refusal` is None
-    trim = state.demotions.demote(counts)      # None: this demotion cannot be graphed (the caller runs it eagerly)
+    trim = state.demotions.demote(counts)      # replays the layout's graph, or runs it eagerly (capturing it next)
 
 Eagerly, one page demotion of a Qwen3-4B cache launches about 580 kernels: about 1.5 ms of GPU work under 34 ms of
 host time at batch 1 (scripts/dev/profile_demotion.py), paid one decode step in `page_tokens`. Between two
@@ -11,11 +11,15 @@ from the device lengths (`PackedHistory.write_at`). The first demotion of a layo
 (compiling them), the second captures and replays them, later ones only replay. The host's lengths are kept by the
 same Python either way (`PackedHistory.count_appended`).
 
-A layout is graphed when every sequence demotes the same count at the same fp rows (one recent count, sink and fp
-start; the histories' lengths may differ), so no per-sequence index is built on the host. A cache split over several
-GPUs (a segmented decode, harness/segmented_graph.py) has one graph per GPU and layout: each holds that GPU's layers
-and its mirror of the lengths, and replays on that GPU's current stream, so it runs after the GPU's part of the
-previous step and before its part of the next.
+A layout (the fp rows in use and each sequence's sink, recent count, fp start and demoted count) fixes every index
+the demotion uses, so each layout has its graph; the histories' lengths may differ. Sequences of different prompt
+lengths demote in different steps (each keeps its own recent window, as alone), so such a batch cycles through up to
+page_tokens layouts (one per phase), each recurring every page_tokens steps: each is captured on its second
+occurrence. Where sequences differ, the rows are gathered and the sinks moved through device row indices
+(`harness.cache.RowIndex`) built on the layout's first, eager run and kept with its graph. A cache split over
+several GPUs (a segmented decode, harness/segmented_graph.py) has one graph per GPU and layout: each holds that
+GPU's layers and its mirror of the lengths, and replays on that GPU's current stream, so it runs after the GPU's
+part of the previous step and before its part of the next.
 """
 from __future__ import annotations
 
@@ -23,9 +27,10 @@ import weakref
 
 import torch
 
+from harness.cache import RowIndex
 from harness.packed_history import DeviceOffsets
 
-MAX_LAYOUTS = 4          # graphs kept; a static decode has one layout once its first page is demoted
+MAX_LAYOUTS = 16   # graphs kept: a static decode has one layout per demotion phase of its sequences (<= page_tokens)
 
 
 def demotion_graph_refusal(state) -> str | None:
@@ -47,20 +52,18 @@ class DemotionGraphs:
         self.capture = capture              # (a cyclic collection could release them inside a later graph's capture)
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[dict[str, torch.cuda.CUDAGraph], int]] = {}   # layout -> ({GPU: graph}, trim)
+        self.indices: dict[tuple, RowIndex] = {}    # layout -> the row indices its graph reads (kept with it)
 
-    def layout(self, counts: list[int]) -> tuple | None:
-        """(fp rows in use, sink, recent, fp start, count) shared by every sequence; None where they differ."""
+    def layout(self, counts: list[int]) -> tuple:
+        """(fp rows in use, ((sink, recent, fp start, count) of each sequence)): what fixes the demotion's indices."""
         first = self.state.layers[0]
         sink, _, recent = first.regions()
-        per_sequence = set(zip(sink, recent, first.fp_starts(), counts))
-        return (self.state.n_fp, *per_sequence.pop()) if len(per_sequence) == 1 else None
+        return self.state.n_fp, tuple(zip(sink, recent, first.fp_starts(), counts))
 
-    def demote(self, counts: list[int]) -> int | None:
+    def demote(self, counts: list[int]) -> int:
         """Demote counts[b] rows of every sequence (the device work and the histories' host lengths); returns the
-        trim of the fp rows (the caller shifts its lengths), or None when the layout cannot be graphed."""
+        trim of the fp rows (the caller shifts its lengths)."""
         layout = self.layout(counts)
-        if layout is None:
-            return None
         if layout in self.graphs:
             graphs, trim = self.graphs[layout]
             _replay(graphs)
@@ -69,24 +72,26 @@ class DemotionGraphs:
             for device, graph in graphs.items():        # a capture stream on the graph's GPU: torch.cuda.graph's
                 side = torch.cuda.Stream(device=device)     # default is one stream, made on the first capture's GPU
                 with torch.cuda.device(device), torch.cuda.graph(graph, stream=side):
-                    trim = self._device_work(counts, device)
+                    trim = self._device_work(counts, device, self.indices[layout])
             _replay(graphs)
             self.graphs[layout] = (graphs, trim)
         else:
             self.seen.add(layout)
+            index = self.indices.setdefault(layout, RowIndex()) if len(self.graphs) < MAX_LAYOUTS else RowIndex()
             for device in self.state.mirrors:
-                trim = self._device_work(counts, device)
+                trim = self._device_work(counts, device, index)
         for layer in self.state.layers:
             layer.history_k.count_appended(counts)
             layer.history_v.count_appended(counts)
         return trim
 
-    def _device_work(self, counts: list[int], device: str) -> int:
+    def _device_work(self, counts: list[int], device: str, index: RowIndex) -> int:
         """The demotion of every layer on `device` with the histories written at the device lengths (read when the
-        work runs) of that GPU's mirror."""
+        work runs) of that GPU's mirror. A sequence that demotes fewer rows than another gets the others' count
+        written past its length, where nothing reads them and its next demotion writes over them."""
         offsets = DeviceOffsets(self.state.mirrors[device].hist_len)   # the tokens each history holds before this page
         return self.state.demote_on_device(counts, write=lambda history, rows: history.write_at(rows, offsets),
-                                           device=device)
+                                           device=device, index=index)
 
 
 def _replay(graphs: dict[str, torch.cuda.CUDAGraph]) -> None:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from harness.cache import (KVView, ThreeRegionLayer, as_words, decode_demotion, demote_rows, set_lengths,
+from harness.cache import (KVView, RowIndex, ThreeRegionLayer, as_words, decode_demotion, demote_rows, set_lengths,
                            set_padding)
 from harness.compiled_step import compile_step_refusal, compiled_parts
 from harness.demotion_graph import DemotionGraphs, demotion_graph_refusal
@@ -131,21 +131,22 @@ class StaticState:
         for layer in self.layers:
             _check_room(layer, counts)
         with torch.inference_mode():
-            trim = self.demotions.demote(counts) if self.demotions is not None else None
-            if trim is None:
-                trim = self.demote_on_device(counts)
+            trim = self.demotions.demote(counts) if self.demotions is not None else self.demote_on_device(counts)
         self.n_fp -= trim
         self.sync_lengths()
 
-    def demote_on_device(self, counts: list[int], write=None, device: str | None = None) -> int:
+    def demote_on_device(self, counts: list[int], write=None, device: str | None = None,
+                         index: RowIndex | None = None) -> int:
         """Every layer's `demote_in_place`, then the fp lengths on the device down by the trim (returned); the host's
-        n_fp and the per-sequence lengths are the caller's. write: as `demote_rows`' (a graphed demotion's
-        device-offset write, harness/demotion_graph.py). device: only the layers and the mirror on that device (a
-        cache split over GPUs demotes as one graph per GPU)."""
+        n_fp and the per-sequence lengths are the caller's. write, index: as `demote_rows`' (a graphed demotion's
+        device-offset write and its kept row indices, harness/demotion_graph.py; default: indices built once for
+        every layer of this call). device: only the layers and the mirror on that device (a cache split over GPUs
+        demotes as one graph per GPU)."""
         layers = [layer for layer in self.layers if device is None or str(layer.keys.device) == device]
         mirrors = list(self.mirrors.values()) if device is None else [self.mirrors[device]]
+        index = RowIndex() if index is None else index
         for layer in layers:                            # every layer has the same regions, so the same trim
-            trim = demote_in_place(layer, counts, write)
+            trim = demote_in_place(layer, counts, write, index)
         for mirror in mirrors:
             mirror.fp_len.sub_(trim)
             mirror.write_pos.sub_(trim)
@@ -168,17 +169,17 @@ def _check_room(layer: ThreeRegionLayer, counts: list[int]) -> None:
             raise ValueError("the frozen history is full: more decode steps than it was sized for.")
 
 
-def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None) -> int:
+def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None, index: RowIndex | None = None) -> int:
     """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses; returns the
     rows shifted out. Where every sequence's sink starts at row 0 and all demote one count c (a static decode's steady
     state), moving the sink up by c and everything down by c would leave the sink where it was: only the rows after
     the demoted ones move (the same bytes in every row, half the copies)."""
     n_fp, sink = layer.fp_rows, sinks_at_row_zero(layer, counts)
     if sink is not None:
-        demote_rows(layer, counts, write, move_sinks=False)
+        demote_rows(layer, counts, write, move_sinks=False, index=index)
         _shift_down(layer, sink + counts[0], n_fp, counts[0])
         return counts[0]
-    trim = demote_rows(layer, counts, write)
+    trim = demote_rows(layer, counts, write, index=index)
     _shift_down(layer, trim, n_fp, trim)
     return trim
 

@@ -8,6 +8,7 @@
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph+compile,oscar:model+graph+compile
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers oscar:model+graph --eager-demotions
+    python scripts/bench_throughput.py --ctx 32768 --batch 8 --quantizers oscar:model+graph+compile --stagger
     python scripts/bench_throughput.py --model qwen3_32b --gpus 2 --ctx 131072 --batch 1 \
         --quantizers bf16+frozen,oscar:model+frozen --budget-from bf16+frozen   # split over 2 GPUs, same-memory batch
 
@@ -32,7 +33,9 @@ decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+comp
 in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
 rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles one step per row; on
 a frozen cache (`+frozen`, `+graph`) one that starts with no page demotion (`profiled_demotion` says so), like the
-timed median. Its ms_per_step of rows after the first is timed after a profiler session, which slowed the next
+timed median. --stagger makes sequence b of a quantized cache b mod page_tokens tokens shorter (left padding), so
+its sequences demote pages in different steps, as a batch of short prompts of mixed lengths does (each keeps its own
+recent window); `demotion_graphs` counts the demotion layouts captured. Its ms_per_step of rows after the first is timed after a profiler session, which slowed the next
 row's CUDA-graph steps on the H100 (OSCAR 5.87 ms after BF16's profile against 5.48 ms alone:
 results/bench/bench_throughput_steady_profile.md): take step times from runs without --profile.
 """
@@ -148,9 +151,10 @@ def fill_dynamic(cache, model, batch: int, ctx: int, dtype) -> None:
         cache.update(k, v, idx)
 
 
-def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 8192) -> None:
+def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 8192, stagger: bool = False) -> None:
     """Sink and recent rows in full precision, the middle through the quantizer's write path (in chunks), on each
-    layer's GPU."""
+    layer's GPU. stagger: sequence b is b mod page_tokens tokens shorter (left padding: that many fewer recent rows),
+    so the sequences reach a page beyond their recent windows in different steps."""
     cfg = model.config
     for idx, layer in enumerate(cache.layers):
         q, device = layer.quantizer, layer_device(model, idx)
@@ -158,7 +162,8 @@ def fill_three_region(cache, model, batch: int, ctx: int, dtype, chunk: int = 81
         k, v = _rows(cfg, batch, fp_rows, device, dtype, idx)
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k, v
-        layer.pad, layer.n_tokens = [0] * batch, ctx
+        layer.pad = [b % q.page_tokens if stagger and layer.history_k is not None else 0 for b in range(batch)]
+        layer.n_tokens = ctx
         if layer.history_k is None:
             continue
         layer.history_k.reserve(ctx - fp_rows + 64)     # room for the timed steps' demotions
@@ -210,6 +215,7 @@ def static_step(model, cache, batch: int, steps: int, device, graph: bool, compi
         positions = torch.full((batch, 1), state.n_tokens, device=device)
         return lambda: decoder(ids, positions)
     make_step.demotes_next = state.demotes_next_step             # `profiled` skips a demoting step
+    make_step.state = state
     return make_step
 
 
@@ -263,7 +269,7 @@ def make_quantizer(spec: str, cfg):
 
 
 def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, profile: bool = False,
-            graph_demotions: bool = True) -> dict:
+            graph_demotions: bool = True, stagger: bool = False) -> dict:
     """One row: fill a cache of `batch` x `ctx`, time decode steps, measure memory (and profile a step).
 
     quantizer_name: bf16 (transformers' DynamicCache), bf16_static (its StaticCache: no per-step growth copy),
@@ -271,6 +277,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
     with the step captured as a CUDA graph (harness.static_cache), '+frozen' through the same cache in eager steps,
     '+graph+compile' with the model's RMSNorms, MLPs and RoPE compiled in that step (harness.compiled_step).
     A '+graph' row's page demotions are CUDA graphs too unless graph_demotions is False (the row's `demotions` says).
+    stagger: the sequences demote in different steps (`fill_three_region`).
     """
     from transformers import DynamicCache, StaticCache
     cfg = model.config
@@ -291,7 +298,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         steps, warmup = whole_pages(steps, quantizer) if device == "cuda" else (steps, warmup)   # CPU: a smoke run
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
-            fill_three_region(cache, model, batch, ctx, dtype)
+            fill_three_region(cache, model, batch, ctx, dtype, stagger=stagger)
             graph = graph and device == "cuda"
             if frozen:
                 make_step = static_step(model, cache, batch, steps + warmup, device, graph=graph,
@@ -302,6 +309,9 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
             split = profiled(make_step) if profile else {}
             if graph and quantizer.stores_codes:
                 split["demotions"] = "graph" if graph_demotions else "eager"
+                split["demotion_graphs"] = len(make_step.state.demotions.graphs) if graph_demotions else 0
+            if stagger and quantizer.stores_codes:
+                split["stagger"] = True
     allocated = (gpu_allocated() - before) if device == "cuda" else kv_bytes(cache)
     peaks = {name: round(mb * 2**20 / 1e9, 2) for name, mb in peak_memory_by_device().items()}
     row = {"quantizer": quantizer_name, "batch": batch, "ctx": ctx, "ms_per_step": round(ms, 3),
@@ -343,11 +353,11 @@ def oom_row(model, quantizer_name: str, batch: int, ctx: int, steps: int, weight
 
 
 def measure_or_oom(model, quantizer_name: str, batch: int, ctx: int, steps: int, device, dtype, weights_bytes: int,
-                   profile: bool = False, graph_demotions: bool = True) -> dict:
+                   profile: bool = False, graph_demotions: bool = True, stagger: bool = False) -> dict:
     """`measure`, or (the GPU ran out of memory) `oom_row`, so that a configuration that cannot fit ends its row,
     not the run."""
     try:
-        return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile, graph_demotions)
+        return measure(model, quantizer_name, batch, ctx, steps, device, dtype, profile, graph_demotions, stagger)
     except torch.OutOfMemoryError as err:
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -412,7 +422,8 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
         fit = max_batch(per_token, ctx, budget_gb, weights) if per_token else 0
         run_batch = min(fit, cap)
         row = with_floor(measure_or_oom(model, q, run_batch, ctx, args.steps, device, dtype, weights,
-                                        graph_demotions=not args.eager_demotions), weights, bandwidth) \
+                                        graph_demotions=not args.eager_demotions, stagger=args.stagger),
+                         weights, bandwidth) \
             if run_batch else {"quantizer": q, "batch": 0, "ctx": ctx, "ms_per_step": None, "tokens_per_s": 0.0}
         out.append({**row, "max_batch_in_budget": fit})
         print("budget row:", json.dumps(out[-1]), flush=True)
@@ -440,6 +451,9 @@ def parse_args():
     parser.add_argument("--same-budget-cap", type=int, default=64, help="largest batch tried in the same-budget run")
     parser.add_argument("--eager-demotions", action="store_true",
                         help="+graph rows demote pages eagerly between replays (the baseline of graphed demotions)")
+    parser.add_argument("--stagger", action="store_true",
+                        help="sequence b of a quantized cache b mod page_tokens tokens shorter: pages demoted in "
+                             "different steps, as with short prompts of mixed lengths")
     parser.add_argument("--profile", action="store_true",
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
@@ -468,7 +482,8 @@ def main() -> None:
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
     rows = []
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
-        row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions)
+        row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions,
+                             args.stagger)
         rows.append(with_floor(row, weights, bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
     budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb

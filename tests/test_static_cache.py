@@ -38,11 +38,11 @@ def _prompt_positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False, compile_step=False,
-                  demotions="default"):
+                  demotions="default", prompts=PROMPTS):
     """Prefill eagerly, freeze, then greedy-decode with DecodeStep (eagerly, or replaying a CUDA graph; with the
     model's RMSNorms, MLPs and RoPE compiled if compile_step). demotions: "default" (DecodeStep's choice), "eager"
     (graph_demotions=False) or "uncaptured" (a DemotionGraphs' device work run eagerly, e.g. on CPU)."""
-    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(device)
+    enc = tok(prompts, return_tensors="pt", padding=True).to(device)
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         logits = model(**enc, position_ids=_prompt_positions(enc.attention_mask), past_key_values=cache).logits
@@ -369,6 +369,44 @@ def test_demotion_at_device_lengths_equals_the_eager_demotion(name, tiny, tmp_pa
     _assert_same_cache(cache, eager_cache, state)
 
 
+# Three prompts shorter than sink + recent window (the tiny models' character tokenizer: 16, 15 and 13 tokens; sink 4,
+# recent 16, page 4), as a short task's prompts are: each fills its window at its own step, so their demotions come in
+# three phases, each with its own layout. (A prefill demotes every longer prompt down to the window: one phase.)
+PHASED_PROMPTS = ["One, two, three.", "A b c d e f g h", "Hello, world!"]
+
+
+def _phased_layouts(state) -> list[tuple]:
+    """The demotion layouts in which some sequences demoted and others did not."""
+    return [layout for layout in state.demotions.seen if len({count for *_, count in layout[1]}) > 1]
+
+
+@pytest.mark.parametrize("name", ["oscar", "naive_int2"])
+def test_phased_demotions_at_device_lengths_equal_the_eager_demotion(name, tiny, tmp_path, monkeypatch):
+    """Sequences that demote in different steps (their own recent windows, as alone) get one layout per phase: its
+    device work (the rows gathered and the sinks moved through kept device indices, every sequence written at its
+    device length) leaves every byte of the eager demotion."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch, name=name)
+    eager_tokens, _, eager_cache, _ = static_greedy(model, tok, quantizer, demotions="eager", prompts=PHASED_PROMPTS)
+    tokens, _, cache, state = static_greedy(model, tok, quantizer, demotions="uncaptured", prompts=PHASED_PROMPTS)
+    assert torch.equal(tokens, eager_tokens)
+    assert len(_phased_layouts(state)) >= 2 and len(state.demotions.indices) == len(state.demotions.seen)
+    _assert_same_cache(cache, eager_cache, state)
+
+
+def test_phased_sink_moves_equal_per_sequence_copies():
+    """`_move_sinks` over sequences that differ (one gather and one scatter) moves each sink like its own copy:
+    sinks of different lengths, a sequence that demotes nothing, one with no sink, overlapping moves."""
+    from harness.cache import RowIndex, _move_sinks
+    rows = torch.randn(4, 2, 12, 8)
+    starts, sink, counts = [1, 0, 3, 2], [3, 2, 0, 4], [4, 0, 4, 2]
+    expected = rows.clone()
+    for b, (start, s, c) in enumerate(zip(starts, sink, counts)):
+        if s and c:
+            expected[b, :, start + c:start + c + s] = rows[b, :, start:start + s].clone()
+    _move_sinks(rows, starts, sink, counts, RowIndex())
+    assert torch.equal(rows, expected)
+
+
 def test_steady_demotions_leave_the_sink_and_move_the_rest_like_the_full_shift(tiny, tmp_path, monkeypatch):
     """With every sink at row 0 a demotion moves only the rows after the page down (`sinks_at_row_zero`): the cache
     bytes equal those of the sink move and the shift of every fp row, which the first branch takes otherwise."""
@@ -393,6 +431,22 @@ def test_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
     eager_tokens, eager_logits, eager_cache, _ = static_greedy(model, tok, quantizer, graph=True, demotions="eager")
     tokens, logits, cache, state = static_greedy(model, tok, quantizer, graph=True)
     assert len(state.demotions.graphs) == 1 and torch.equal(tokens, eager_tokens)
+    for a, b in zip(logits, eager_logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_cache(cache, eager_cache, state)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_phased_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
+    """Sequences demoting in different steps: each phase's layout is captured and replayed, with tokens, logits and
+    every cache byte as with eager demotions."""
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    eager_tokens, eager_logits, eager_cache, _ = static_greedy(model, tok, quantizer, graph=True, demotions="eager",
+                                                               prompts=PHASED_PROMPTS, steps=2 * STEPS)
+    tokens, logits, cache, state = static_greedy(model, tok, quantizer, graph=True, prompts=PHASED_PROMPTS,
+                                                 steps=2 * STEPS)
+    assert torch.equal(tokens, eager_tokens)
+    assert len([layout for layout in state.demotions.graphs if layout in _phased_layouts(state)]) >= 2
     for a, b in zip(logits, eager_logits):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     _assert_same_cache(cache, eager_cache, state)
