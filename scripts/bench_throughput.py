@@ -237,14 +237,15 @@ def time_steps(make_step, steps: int, device, warmup: int = WARMUP_STEPS) -> tup
     return timed[len(timed) // 2], sum(timed) / len(timed)
 
 
-def whole_pages(steps: int, quantizer) -> tuple[int, int]:
+def whole_pages(steps: int, quantizer, stagger: bool = False) -> tuple[int, int]:
     """(timed, warm-up) steps of a quantizer's cache on the GPU: steps rounded up to whole demotion pages (one step in
     page_tokens demotes a page of recent rows into the packed history), so that a mean over them includes its share of
     demotions, after 2 x page_tokens + 1 untimed steps, which demote twice (with a CUDA-graph step the first demotion
-    compiles its kernels and the second captures it: harness.demotion_graph). (CPU runs, smoke tests of the logic,
-    keep `steps` after two.)"""
+    compiles its kernels and the second captures it: harness.demotion_graph); staggered sequences (`--stagger`) demote
+    in page_tokens phases, whose first demotions take page_tokens - 1 steps more: 3 x page_tokens + 1. (CPU runs,
+    smoke tests of the logic, keep `steps` after two.)"""
     page = getattr(quantizer, "page_tokens", None)
-    return (steps, WARMUP_STEPS) if page is None else (-(-steps // page) * page, 2 * page + 1)
+    return (steps, WARMUP_STEPS) if page is None else (-(-steps // page) * page, (3 if stagger else 2) * page + 1)
 
 
 def profiled(make_step) -> dict:
@@ -295,7 +296,7 @@ def measure(model, quantizer_name: str, batch: int, ctx: int, steps: int, device
         split = profiled(make_step) if profile else {}
     else:
         quantizer, (_, frozen, graph, compiled) = make_quantizer(quantizer_name, cfg), row_engine(quantizer_name)
-        steps, warmup = whole_pages(steps, quantizer) if device == "cuda" else (steps, warmup)   # CPU: a smoke run
+        steps, warmup = whole_pages(steps, quantizer, stagger) if device == "cuda" else (steps, warmup)   # CPU: a smoke run
         with install(model, quantizer, kernels="triton" if frozen else "auto") as seam:   # CPU: the interpreter
             cache = seam.new_cache()
             fill_three_region(cache, model, batch, ctx, dtype, stagger=stagger)

@@ -45,7 +45,7 @@ def test_gpu_rows_time_whole_demotion_pages_after_two_demotions():
     oscar = build_quantizer("oscar")
     assert oscar.page_tokens == 8
     assert whole_pages(2, oscar) == (8, 17) and whole_pages(16, oscar) == (16, 17) and whole_pages(17, oscar) == (24, 17)
-    assert whole_pages(5, object()) == (5, 2)
+    assert whole_pages(5, object()) == (5, 2) and whole_pages(16, oscar, stagger=True) == (16, 25)
 
 
 def test_bench_throughput_refuses_compile_without_graph_before_building_the_model():
