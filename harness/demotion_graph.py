@@ -52,7 +52,7 @@ class DemotionGraphs:
         self.capture = capture              # (a cyclic collection could release them inside a later graph's capture)
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[dict[str, torch.cuda.CUDAGraph], int]] = {}   # layout -> ({GPU: graph}, trim)
-        self.indices: dict[tuple, RowIndex] = {}    # layout -> the row indices its graph reads (kept with it)
+        self.indices: dict[tuple, RowIndex] = {}    # layout -> the row indices its graph reads
 
     def layout(self, counts: list[int]) -> tuple:
         """(fp rows in use, ((sink, recent, fp start, count) of each sequence)): what fixes the demotion's indices."""

@@ -61,8 +61,8 @@ def static_greedy(model, tok, quantizer, steps=STEPS, device=DEVICE, graph=False
     return torch.cat(tokens, dim=1), all_logits, cache, state
 
 
-def dynamic_greedy(model, tok, quantizer, steps=STEPS, kernels="triton"):
-    enc = tok(PROMPTS, return_tensors="pt", padding=True).to(DEVICE)
+def dynamic_greedy(model, tok, quantizer, steps=STEPS, kernels="triton", prompts=PROMPTS):
+    enc = tok(prompts, return_tensors="pt", padding=True).to(DEVICE)
     with install(model, quantizer, kernels=kernels) as seam, torch.inference_mode():
         cache = seam.new_cache()
         out = model.generate(**enc, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True,
@@ -391,6 +391,32 @@ def test_phased_demotions_at_device_lengths_equal_the_eager_demotion(name, tiny,
     assert torch.equal(tokens, eager_tokens)
     assert len(_phased_layouts(state)) >= 2 and len(state.demotions.indices) == len(state.demotions.seen)
     _assert_same_cache(cache, eager_cache, state)
+
+
+def test_phased_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monkeypatch):
+    """Sequences demoting in different steps: the frozen cache, whose fp rows shift down once per page rather than at
+    every demotion, decodes the dynamic cache's tokens, with each sequence's fp rows and codes."""
+    import harness.static_cache as static_cache
+    model, tok, quantizer = _setup(tiny, tmp_path, monkeypatch)
+    demotions, shifts = [], []
+    for name, calls in (("demote_in_place", demotions), ("_shift_down", shifts)):
+        monkeypatch.setattr(static_cache, name, lambda *a, real=getattr(static_cache, name), calls=calls, **k:
+                            calls.append(a[1]) or real(*a, **k))
+    dyn_tokens, dyn_logits, dyn_cache = dynamic_greedy(model, tok, quantizer, prompts=PHASED_PROMPTS)
+    tokens, logits, cache, state = static_greedy(model, tok, quantizer, prompts=PHASED_PROMPTS)
+    assert torch.equal(tokens, dyn_tokens)
+    for a, b in zip(logits, dyn_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    layers = len(cache.layers)
+    assert len({tuple(counts) for counts in demotions}) >= 3                      # three phases
+    assert 0 < len(shifts) <= len(demotions) // (2 * layers) * layers             # a shift at most every other one
+    dyn, frozen = dyn_cache.layers[0], cache.layers[0]
+    sink, hist, recent = dyn.regions()
+    assert frozen.regions() == (sink, hist, recent) and state.hist_len.tolist() == hist
+    for b, (s, h, r) in enumerate(zip(sink, hist, recent)):
+        rows = dyn.keys.shape[-2]
+        torch.testing.assert_close(frozen.keys[b, :, state.n_fp - s - r:state.n_fp], dyn.keys[b, :, rows - s - r:])
+        assert torch.equal(frozen.history_k.buffers["codes"][b, :, :h], dyn.history_k.view("codes")[b, :, :h])
 
 
 def test_phased_sink_moves_equal_per_sequence_copies():
