@@ -173,17 +173,13 @@ def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None, inde
     """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses; returns the
     rows shifted out. Where every sequence's sink starts at row 0 and all demote one count c (a static decode's steady
     state), moving the sink up by c and everything down by c would leave the sink where it was: only the rows after
-    the demoted ones move (the same bytes in every row, half the copies). Otherwise (sequences demoting in different
-    steps free a row or so each time) the rows shift only when fewer than a page of spare rows is left
-    (`_fp_capacity` keeps one): once per page, not at every demotion."""
+    the demoted ones move (the same bytes in every row, half the copies)."""
     n_fp, sink = layer.fp_rows, sinks_at_row_zero(layer, counts)
     if sink is not None:
         demote_rows(layer, counts, write, move_sinks=False, index=index)
         _shift_down(layer, sink + counts[0], n_fp, counts[0])
         return counts[0]
     trim = demote_rows(layer, counts, write, index=index)
-    if n_fp + layer.quantizer.page_tokens <= layer.keys.shape[-2]:   # room for the rows until the next demotion
-        return 0
     _shift_down(layer, trim, n_fp, trim)
     return trim
 
@@ -233,14 +229,13 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
 
 
 def _fp_capacity(layer: ThreeRegionLayer, n_fp: int, max_new_tokens: int) -> int:
-    """Full-precision rows a frozen layer needs: sink + recent window + a page (every later row is demoted), and a
-    spare page, so that sequences demoting in different steps shift their rows down once per page
-    (`demote_in_place`); or, for the identity (no history), every prompt row plus every decoded one."""
+    """Full-precision rows a frozen layer needs: sink + recent window + a page (every later row is demoted),
+    or, for the identity (no history), every prompt row plus every decoded one."""
     quantizer = layer.quantizer
     if quantizer.sink_tokens is None:
         return n_fp + max_new_tokens
     sink, _, _ = layer.regions()
-    return max(n_fp, max(sink) + quantizer.recent_tokens + quantizer.page_tokens) + quantizer.page_tokens
+    return max(n_fp, max(sink) + quantizer.recent_tokens + quantizer.page_tokens)
 
 
 def _fix_buffers(layer: ThreeRegionLayer, fp_rows: int, max_new_tokens: int) -> None:
