@@ -170,17 +170,45 @@ def _check_room(layer: ThreeRegionLayer, counts: list[int]) -> None:
 
 
 def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None, index: RowIndex | None = None) -> int:
-    """`demote_rows` into the fixed buffers, then shift the fp rows down over the rows no sequence uses; returns the
-    rows shifted out. Where every sequence's sink starts at row 0 and all demote one count c (a static decode's steady
-    state), moving the sink up by c and everything down by c would leave the sink where it was: only the rows after
-    the demoted ones move (the same bytes in every row, half the copies)."""
+    """`demote_rows` into the fixed buffers, with each sink moved up behind its demoted rows and the fp rows shifted
+    down over the rows no sequence uses; returns the rows shifted out. Where every sequence's sink starts at row 0
+    and all demote one count c (a static decode's steady state), moving the sink up by c and everything down by c
+    would leave the sink where it was: only the rows after the demoted ones move (the same bytes in every row, half
+    the copies). Otherwise (`_demote_by_gather`) one gather per buffer takes both the demoted rows and every kept row
+    from its new place."""
     n_fp, sink = layer.fp_rows, sinks_at_row_zero(layer, counts)
     if sink is not None:
         demote_rows(layer, counts, write, move_sinks=False, index=index)
         _shift_down(layer, sink + counts[0], n_fp, counts[0])
         return counts[0]
-    trim = demote_rows(layer, counts, write, index=index)
-    _shift_down(layer, trim, n_fp, trim)
+    return _demote_by_gather(layer, counts, write, RowIndex() if index is None else index)
+
+
+def _demote_by_gather(layer: ThreeRegionLayer, counts: list[int], write, index: RowIndex) -> int:
+    """`demote_rows` and the moves of `demote_in_place` for sequences that differ: per buffer, one gather of each
+    sequence's `width` demoted rows followed by its kept rows in their new places (new row j holds old row j + trim,
+    or, where its sink lands (up by its count c), old row j + trim - c), the write of the first and one copy of the
+    rest; the rows below a sink's new place are unused (copied, never read). Returns the trim."""
+    sink, _, recent = layer.regions()
+    n_fp, width, last = layer.fp_rows, max(counts), layer.keys.shape[-2] - 1
+    starts = [n_fp - r - s for s, r in zip(sink, recent)]                    # each sequence's first sink row
+    trim = min(start + c for start, c in zip(starts, counts))
+    kept = n_fp - trim
+    sources = []                                                              # [B, width + kept] old rows
+    for start, s, c in zip(starts, sink, counts):
+        demoted = [min(start + s + i, last) for i in range(width)]
+        moved = [j + trim - (c if start + c <= j + trim < start + c + s else 0) for j in range(kept)]
+        sources.append(demoted + moved)
+    source = index(sources, layer.keys.device)
+    for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
+        words = as_words(rows)                                                # [B, H_kv, F, W]
+        taken = words.gather(2, source[:, None, :, None].expand(*words.shape[:2], width + kept, words.shape[-1]))
+        rows_out = taken[..., :width, :].view(rows.dtype)                     # [B, H_kv, width, D]
+        if write is None:
+            history.append(rows_out, counts)
+        else:
+            write(history, rows_out)
+        words[..., :kept, :] = taken[..., width:, :]
     return trim
 
 
