@@ -10,7 +10,9 @@ A row's `run.decode_timing` comes from here: it says how long a cell's decode st
 (frozen cache or transformers' generate; one device or several), summed over the cell's batches. The setup steps
 of each generation are kept apart (`first_step_s`): the first decode step JIT-compiles the Triton kernels on a fresh
 machine, and with a CUDA graph the second captures it (`DecodeStep.setup_calls`); before 2026-11-25's fix the
-capture was counted among the decode steps, which inflated `decode_ms_per_step` of short graph generations.
+capture was counted among the decode steps, which inflated `decode_ms_per_step` of short graph generations. A frozen
+cache's steps whose page demotion compiles its write kernels or captures its graph (each demotion layout's first
+two, `StaticState.next_demotion_sets_up`) are setup steps too (since 2026-11-28).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class DecodeClock:
 
     def __init__(self):
         self.prefills, self.prefill_s, self.first_step_s, self.setup_steps = 0, 0.0, 0.0, 0
+        self.demotion_setups = 0
         self.decode_steps, self.decode_s = 0, 0.0
 
     @staticmethod
@@ -52,14 +55,23 @@ class DecodeClock:
         self.first_step_s, self.setup_steps = self.first_step_s + now - start, self.setup_steps + steps
         return now
 
-    def decoded(self, start: float, steps: int) -> None:
-        """Count `steps` decode forwards run since `start`."""
-        self.decode_steps, self.decode_s = self.decode_steps + steps, self.decode_s + self.mark() - start
+    def set_up_demotion(self, start: float) -> float:
+        """Count one step whose page demotion compiled its kernels or captured its graph, begun at `start`, with the
+        setup steps; returns now."""
+        self.demotion_setups += 1
+        return self.set_up(start, 1)
+
+    def decoded(self, start: float, steps: int) -> float:
+        """Count `steps` decode forwards run since `start`; returns now."""
+        now = self.mark()
+        self.decode_steps, self.decode_s = self.decode_steps + steps, self.decode_s + now - start
+        return now
 
     def as_row(self) -> dict:
         per_step = self.decode_s * 1e3 / self.decode_steps if self.decode_steps else None
         return {"prefills": self.prefills, "prefill_s": round(self.prefill_s, 3),
                 "first_step_s": round(self.first_step_s, 3), "setup_steps": self.setup_steps,
+                "demotion_setups": self.demotion_setups,
                 "decode_steps": self.decode_steps,
                 "decode_ms_per_step": None if per_step is None else round(per_step, 3)}
 

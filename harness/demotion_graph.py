@@ -60,6 +60,12 @@ class DemotionGraphs:
         sink, _, recent = first.regions()
         return self.state.n_fp, tuple(zip(sink, recent, first.fp_starts(), counts))
 
+    def sets_up(self, counts: list[int]) -> bool:
+        """Whether demoting `counts` now is a layout's first demotion (eager, compiling its kernels) or its capture."""
+        layout = self.layout(counts)
+        capture_next = self.capture and layout not in self.graphs and len(self.graphs) < MAX_LAYOUTS
+        return layout not in self.seen or capture_next
+
     def demote(self, counts: list[int]) -> int:
         """Demote counts[b] rows of every sequence (the device work and the histories' host lengths); returns the
         trim of the fp rows (the caller shifts its lengths)."""

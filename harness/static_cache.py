@@ -62,6 +62,7 @@ class StaticState:
         self.steps_left = max_new_tokens
         self.batch = first.keys.shape[0]
         self.demotions = None                  # a DemotionGraphs once a CUDA-graph decode step set it
+        self.demoted = False                   # whether a decode step demoted a page yet
         devices = dict.fromkeys(layer.keys.device for layer in layers)               # first-use order
         self.mirrors = {str(device): self._device_lengths(device) for device in devices}
         self.hist_len, self.fp_len, self.hist_start, self.fp_start, self.write_pos = \
@@ -120,6 +121,14 @@ class StaticState:
         quantize-pack launches come on top of the replayed step)."""
         return max(self.demotion_counts()) > 0
 
+    def next_demotion_sets_up(self) -> bool:
+        """Whether the next step's demotion is a one-time cost: a layout's first demotion (its write kernels compile
+        on a fresh machine) or its capture as a CUDA graph; not a replay, nor an eager demotion after the first."""
+        counts = self.demotion_counts()
+        if max(counts) == 0:
+            return False
+        return not self.demoted if self.demotions is None else self.demotions.sets_up(counts)
+
     def before_step(self) -> None:
         """Refuse a step beyond the frozen capacity; demote whole pages beyond each recent window (a replayed CUDA
         graph where `demotions` holds one for this demotion, else eagerly)."""
@@ -133,6 +142,7 @@ class StaticState:
         with torch.inference_mode():
             trim = self.demotions.demote(counts) if self.demotions is not None else self.demote_on_device(counts)
         self.n_fp -= trim
+        self.demoted = True
         self.sync_lengths()
 
     def demote_on_device(self, counts: list[int], write=None, device: str | None = None,
@@ -435,7 +445,7 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
     next_position = mask.long().sum(-1, keepdim=True)                              # [B, 1]
     eos = torch.tensor(eos_ids or [-1], device=mask.device)
     done = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
-    tokens = []
+    tokens, decoded = [], 0                      # decoded: steps after the setup already on the clock
     for i in range(max_new_tokens):
         token = torch.where(done, pad_id, choose(logits))                         # [B]
         tokens.append(token)
@@ -447,11 +457,17 @@ def static_generate(model, enc: dict, cache, max_new_tokens: int, eos_ids: list[
                 done |= stopped(tokens)
             if bool(done.all()):
                 break
+        demotion_setup = clock is not None and step.calls >= step.setup_calls and state.next_demotion_sets_up()
+        if demotion_setup:                      # timed apart like the first steps: it compiles or captures once
+            started = clock.decoded(started, step.calls - step.setup_calls - decoded)
+            decoded = step.calls - step.setup_calls
         logits = step(token[:, None], next_position + i)[:, -1]
         if clock and step.calls == step.setup_calls:                     # compiled (and captured): replays follow
             started = clock.set_up(started, step.setup_calls)
+        elif demotion_setup:
+            started, decoded = clock.set_up_demotion(started), decoded + 1
     if clock and step.calls:
         if step.calls < step.setup_calls:                                # the generation ended inside the setup
             started = clock.set_up(started, step.calls)
-        clock.decoded(started, max(step.calls - step.setup_calls, 0))
+        clock.decoded(started, max(step.calls - step.setup_calls - decoded, 0))
     return torch.stack(tokens, dim=1)

@@ -5,7 +5,9 @@
 One line per cell (status ok) whose rows record `run.decode_timing` with the first decode step apart (`first_step_s`;
 the rows of an earlier commit counted its kernel compiles in the per-step time and are left out); stores with none
 get no engine table. A CUDA-graph row without `setup_steps` counted its graph capture among the decode steps (before
-the clock kept it with the setup): its per-step time is marked §. No score is shown, so random-weight dry runs
+the clock kept it with the setup): its per-step time is marked §; a quantized cache's CUDA-graph row without
+`demotion_setups` counted its page demotions' one-time kernel compiles and graph captures among the decode steps: ¶.
+No score is shown, so random-weight dry runs
 appear, marked in the Weights column: what they measure (placement, memory, time) does not depend on the weights.
 """
 from __future__ import annotations
@@ -28,10 +30,12 @@ def _placement(run: dict) -> str:
     return "; ".join(f"{device}: {span}" for device, span in placement.items()) or run.get("device", "–")
 
 
-def _per_step(timing: dict, graph: str) -> str:
-    """Decode ms/step, marked § when a CUDA-graph generation's capture was counted in it (rows without setup_steps)."""
+def _per_step(timing: dict, graph: str, quantizer: str) -> str:
+    """Decode ms/step, marked § when a CUDA-graph generation's capture was counted in it (rows without setup_steps),
+    ¶ when a quantized cache's demotion compiles and captures were (CUDA-graph rows without demotion_setups)."""
     stale = graph == "yes" and "setup_steps" not in timing
-    return f"{timing['decode_ms_per_step']}" + ("§" if stale else "")
+    demotions = graph.startswith("yes") and quantizer != "bf16" and "demotion_setups" not in timing
+    return f"{timing['decode_ms_per_step']}" + ("§" if stale else "") + ("¶" if demotions else "")
 
 
 def engine_line(row) -> list:
@@ -43,7 +47,7 @@ def engine_line(row) -> list:
         ("yes" if run.get("decode_batches", {}).get("static") and "cuda" in str(run.get("device")) else "no")
     return [str(row["model"]).removesuffix("@random"), row["quantizer"], row["ctx"], batch, run.get("weights", "–"),
             row["device"], _placement(run), _peaks(row), timing["prefill_s"], timing["first_step_s"],
-            _per_step(timing, graph), timing["decode_steps"], graph, str(row["git_sha"])[:12]]
+            _per_step(timing, graph, row["quantizer"]), timing["decode_steps"], graph, str(row["git_sha"])[:12]]
 
 
 def engine_markdown(rows: pd.DataFrame) -> str | None:
@@ -66,6 +70,8 @@ def engine_markdown(rows: pd.DataFrame) -> str | None:
               "second, which captures it) and Decode ms/step (the later steps) are wall times with every GPU "
               "synchronised, summed over the cell's batches (a decode step includes choosing the token). § = a row "
               "recorded before the capture was counted with the setup: its mean includes one graph capture per "
-              "generation (large for short generations). Weights `random` = a dry run with the model's shapes: its "
+              "generation (large for short generations). ¶ = a quantized cache's row recorded before a step whose page "
+              "demotion compiles its kernels or captures its graph (each demotion layout's first two) was counted with "
+              "the setup: its mean includes them (large for short generations on a fresh machine). Weights `random` = a dry run with the model's shapes: its "
               "scores mean nothing and are in no other table."]
     return "\n".join(lines) + "\n"

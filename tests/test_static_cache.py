@@ -506,31 +506,41 @@ def test_generate_outputs_static_decode_gives_generates_texts(tiny, tmp_path, mo
 
 def test_static_generate_keeps_the_graph_capture_out_of_the_decode_steps(monkeypatch):
     """With a CUDA graph the second call captures the step: it is timed with the first (setup), not among the
-    decode steps (the capture made a 14-step QuaRot dry-run cell read 88.9 ms per step against ~18 ms)."""
+    decode steps (the capture made a 14-step QuaRot dry-run cell read 88.9 ms per step against ~18 ms); so is a step
+    whose page demotion compiles its kernels or captures its graph (`next_demotion_sets_up`)."""
     import time
     import harness.static_cache as sc
     from harness.decode_clock import DecodeClock
+    calls = []
 
-    class FakeStep:                                       # a graph step: two slow setup calls, then fast replays
+    class FakeStep:                      # a graph step: two slow setup calls, fast replays, a slow first demotion
         setup_calls = 2
 
         def __init__(self, *args, **kwargs):
-            self.calls = 0
+            pass
+
+        @property
+        def calls(self):
+            return len(calls)
 
         def __call__(self, input_ids, position_ids):
-            time.sleep(0.06 if self.calls < self.setup_calls else 0.001)
-            self.calls += 1
+            time.sleep(0.06 if len(calls) < self.setup_calls or len(calls) == 3 else 0.001)
+            calls.append(input_ids)
             return torch.zeros(1, 1, 5)                   # logits [B, 1, V]
+
+    class FakeState:
+        def next_demotion_sets_up(self):
+            return len(calls) == 3                        # the fourth call demotes a page for the first time
     monkeypatch.setattr(sc, "prefill", lambda model, enc, cache, chunk: torch.zeros(1, 5))
-    monkeypatch.setattr(sc, "freeze", lambda cache, max_new, mask: None)
+    monkeypatch.setattr(sc, "freeze", lambda cache, max_new, mask: FakeState())
     monkeypatch.setattr(sc, "DecodeStep", FakeStep)
     clock = DecodeClock()
     enc = {"input_ids": torch.ones(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
     tokens = sc.static_generate(None, enc, None, 6, eos_ids=[], pad_id=0, graph=True, clock=clock)
     row = clock.as_row()
-    assert tokens.shape == (1, 6)
-    assert row["setup_steps"] == 2 and row["first_step_s"] >= 0.12
-    assert row["decode_steps"] == 3 and row["decode_ms_per_step"] < 30      # 5 calls: 2 setup + 3 replays
+    assert tokens.shape == (1, 6) and len(calls) == 5
+    assert row["setup_steps"] == 3 and row["demotion_setups"] == 1 and row["first_step_s"] >= 0.18
+    assert row["decode_steps"] == 2 and row["decode_ms_per_step"] < 30      # 5 calls: 2 + 1 setup, 2 replays
 
 
 def test_decode_clock_counts_one_prefill_and_a_step_per_later_call():

@@ -233,8 +233,9 @@ def test_engine_table_shows_timed_cells_once_with_each_gpus_peak():
 
 
 def test_engine_table_marks_graph_timings_that_counted_the_capture():
-    """A one-GPU CUDA-graph row without setup_steps counted its graph capture among the decode steps: §. A row
-    with setup_steps, and an eager one, are not marked."""
+    """A one-GPU CUDA-graph row without setup_steps counted its graph capture among the decode steps: §; a quantized
+    cache's without demotion_setups its demotions' compiles and captures: ¶. A row with both, BF16's without
+    demotions, and an eager one, are not marked."""
     import pandas as pd
     from report.engine_table import engine_markdown
     timing = {"prefills": 1, "prefill_s": 2.0, "first_step_s": 1.5, "decode_steps": 14, "decode_ms_per_step": 88.9}
@@ -243,9 +244,14 @@ def test_engine_table_marks_graph_timings_that_counted_the_capture():
             "config": {"task": {"batch_size": 1}}, "peak_mem_mb": 1000.0, "metric": "m"}
     rows = pd.DataFrame([
         {**base, "cell": "old", "quantizer": "quarot_int2", "run": {**run, "decode_timing": timing}},
-        {**base, "cell": "new", "quantizer": "oscar", "run": {**run, "decode_timing": {**timing, "setup_steps": 2}}},
+        {**base, "cell": "new", "quantizer": "oscar",
+         "run": {**run, "decode_timing": {**timing, "setup_steps": 3, "demotion_setups": 1}}},
+        {**base, "cell": "mid", "quantizer": "kivi2", "run": {**run, "decode_timing": {**timing, "setup_steps": 2}}},
+        {**base, "cell": "graph_bf16", "quantizer": "bf16", "run": {**run, "decode_timing": {**timing, "setup_steps": 2}}},
         {**base, "cell": "eager", "quantizer": "bf16",
          "run": {**run, "device": "cpu", "decode_timing": timing}}])
     lines = {line.split(" | ")[1]: line for line in engine_markdown(rows).splitlines() if line.startswith("| qwen3")}
-    assert "| 88.9§ |" in lines["quarot_int2"]
-    assert "| 88.9 |" in lines["oscar"] and "| 88.9 |" in lines["bf16"]
+    assert "| 88.9§¶ |" in lines["quarot_int2"] and "| 88.9¶ |" in lines["kivi2"]
+    assert "| 88.9 |" in lines["oscar"]
+    bf16 = [line for line in engine_markdown(rows).splitlines() if "| bf16 |" in line]
+    assert len(bf16) == 2 and all("| 88.9 |" in line for line in bf16)
