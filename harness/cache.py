@@ -379,8 +379,9 @@ class RowIndex:
     def __init__(self):
         self._made: dict[tuple, torch.Tensor] = {}
 
-    def __call__(self, rows: list[list[int]], device) -> torch.Tensor:
-        key = (tuple(map(tuple, rows)), str(device))
+    def __call__(self, rows, device) -> torch.Tensor:
+        """rows: one list (or tuple) of row indices per batch row."""
+        key = (rows if isinstance(rows, tuple) else tuple(map(tuple, rows)), str(device))
         if key not in self._made:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("a demotion captured as a CUDA graph needs its row indices built before the "

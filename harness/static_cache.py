@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import weakref
 from contextlib import nullcontext
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
@@ -200,16 +201,10 @@ def _demote_by_gather(layer: ThreeRegionLayer, counts: list[int], write, index: 
     or, where its sink lands (up by its count c), old row j + trim - c), the write of the first and one copy of the
     rest; the rows below a sink's new place are unused (copied, never read). Returns the trim."""
     sink, _, recent = layer.regions()
-    n_fp, width, last = layer.fp_rows, max(counts), layer.keys.shape[-2] - 1
-    starts = [n_fp - r - s for s, r in zip(sink, recent)]                    # each sequence's first sink row
-    trim = min(start + c for start, c in zip(starts, counts))
-    kept = n_fp - trim
-    sources = []                                                              # [B, width + kept] old rows
-    for start, s, c in zip(starts, sink, counts):
-        demoted = [min(start + s + i, last) for i in range(width)]
-        moved = [j + trim - (c if start + c <= j + trim < start + c + s else 0) for j in range(kept)]
-        sources.append(demoted + moved)
-    source = index(sources, layer.keys.device)
+    width, trim, sources = _gather_sources(layer.fp_rows, tuple(sink), tuple(recent), tuple(counts),
+                                           layer.keys.shape[-2] - 1)
+    kept = layer.fp_rows - trim
+    source = index(sources, layer.keys.device)                                # [B, width + kept]
     for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
         words = as_words(rows)                                                # [B, H_kv, F, W]
         taken = words.gather(2, source[:, None, :, None].expand(*words.shape[:2], width + kept, words.shape[-1]))
@@ -220,6 +215,21 @@ def _demote_by_gather(layer: ThreeRegionLayer, counts: list[int], write, index: 
             write(history, rows_out)
         words[..., :kept, :] = taken[..., width:, :]
     return trim
+
+
+@lru_cache(maxsize=64)
+def _gather_sources(n_fp: int, sink: tuple, recent: tuple, counts: tuple, last: int) -> tuple[int, int, tuple]:
+    """(width, trim, old row of each gathered row [B, width + kept]) of `_demote_by_gather`, built once per layout
+    for every layer."""
+    width = max(counts)
+    starts = [n_fp - r - s for s, r in zip(sink, recent)]                    # each sequence's first sink row
+    trim = min(start + c for start, c in zip(starts, counts))
+    sources = []
+    for start, s, c in zip(starts, sink, counts):
+        demoted = [min(start + s + i, last) for i in range(width)]
+        moved = [j + trim - (c if start + c <= j + trim < start + c + s else 0) for j in range(n_fp - trim)]
+        sources.append(tuple(demoted + moved))
+    return width, trim, tuple(sources)
 
 
 def sinks_at_row_zero(layer: ThreeRegionLayer, counts: list[int]) -> int | None:
