@@ -379,9 +379,9 @@ class RowIndex:
     def __init__(self):
         self._made: dict[tuple, torch.Tensor] = {}
 
-    def __call__(self, rows, device) -> torch.Tensor:
-        """rows: one list (or tuple) of row indices per batch row."""
-        key = (rows if isinstance(rows, tuple) else tuple(map(tuple, rows)), str(device))
+    def __call__(self, rows: tuple[tuple[int, ...], ...], device) -> torch.Tensor:
+        """rows: one tuple of row indices per batch row."""
+        key = (rows, str(device))
         if key not in self._made:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("a demotion captured as a CUDA graph needs its row indices built before the "
@@ -390,39 +390,36 @@ class RowIndex:
         return self._made[key]
 
 
-def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None, move_sinks: bool = True,
-                index: RowIndex | None = None) -> int:
+def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None, move_sinks: bool = True) -> int:
     """Quantize counts[b] rows after sequence b's sink into its history and move its sink up behind them.
 
     Works in place on the layer's fp rows [B, H_kv, F, D] (F = layer.fp_rows); returns how many leading
     rows no sequence uses any more (the caller drops or shifts them out). write(history, rows) stores the rows
     [B, H_kv, max(counts), D] in a history (default: `history.append(rows, counts)`); move_sinks=False leaves the
-    sinks where they are (a caller that moves the rows after the demoted ones down to them instead). index: where
-    sequences differ, the device row indices of the gathers (a `RowIndex`; default: one for this call).
+    sinks where they are (a caller that moves the rows after the demoted ones down to them instead).
     """
     sink, _, recent = layer.regions()
     n_fp, width = layer.fp_rows, max(counts)
-    index = RowIndex() if index is None else index
     first = [n_fp - r for r in recent]                                        # each sequence's oldest recent row
     for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
-        rows_out = _rows_from(rows, first, width, index)                      # [B, H_kv, width, D]
+        rows_out = _rows_from(rows, first, width)                             # [B, H_kv, width, D]
         if write is None:
             history.append(rows_out, counts)
         else:
             write(history, rows_out)
         if move_sinks:
-            _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts, index)
+            _move_sinks(rows, [f - s for f, s in zip(first, sink)], sink, counts)
     return min(f - s + c for f, s, c in zip(first, sink, counts))
 
 
-def _rows_from(rows: torch.Tensor, first: list[int], width: int, index: RowIndex) -> torch.Tensor:
+def _rows_from(rows: torch.Tensor, first: list[int], width: int) -> torch.Tensor:
     """Rows first[b] .. first[b] + width - 1 of each batch row of rows [B, H_kv, F, D] (clamped to F - 1):
-    a slice when every sequence starts at the same row, else one gather."""
-    last = rows.shape[-2] - 1
-    if len(set(first)) == 1 and first[0] + width <= last + 1:
+    a slice when every sequence starts at the same row (no index built on the host and copied per call)."""
+    if len(set(first)) == 1 and first[0] + width <= rows.shape[-2]:
         return rows[..., first[0]:first[0] + width, :]
-    rows_index = index([[min(f + i, last) for i in range(width)] for f in first], rows.device)   # [B, width]
-    return rows.gather(2, rows_index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1]))
+    index = (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(rows.shape[-2] - 1).to(rows.device)
+    gather = index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1])
+    return rows.gather(2, gather)
 
 
 def as_words(rows: torch.Tensor) -> torch.Tensor:
@@ -433,21 +430,14 @@ def as_words(rows: torch.Tensor) -> torch.Tensor:
     return rows.view(torch.int64) if rows.stride(-1) == 1 and rows.shape[-1] * size % 8 == 0 and aligned else rows
 
 
-def _move_sinks(rows: torch.Tensor, starts: list[int], sink: list[int], counts: list[int], index: RowIndex) -> None:
-    """Copy each sequence's sink rows [start, start + sink) up by counts[b] rows, in place: one slice copy where
-    every sequence moves alike, else one gather and one scatter over all sequences (a sequence that moves nothing
-    writes its row 0 back; a shorter sink repeats its last move, the same value written twice)."""
+def _move_sinks(rows: torch.Tensor, starts: list[int], sink: list[int], counts: list[int]) -> None:
+    """Copy each sequence's sink rows [start, start + sink) up by counts[b] rows, in place."""
     rows = as_words(rows)
     if len(set(zip(starts, sink, counts))) == 1:
         start, s, c = starts[0], sink[0], counts[0]
         if s and c:
             rows[..., start + c:start + c + s, :] = rows[..., start:start + s, :].clone()
         return
-    width = max((s for s, c in zip(sink, counts) if s and c), default=0)
-    if width == 0:
-        return
-    src = [[start + min(i, s - 1) if s and c else 0 for i in range(width)] for start, s, c in zip(starts, sink, counts)]
-    dst = [[row + (c if s else 0) for row in rows_b] for rows_b, s, c in zip(src, sink, counts)]
-    shape = (rows.shape[0], rows.shape[1], width, rows.shape[-1])
-    moved = rows.gather(2, index(src, rows.device)[:, None, :, None].expand(shape))      # [B, H_kv, width, W]
-    rows.scatter_(2, index(dst, rows.device)[:, None, :, None].expand(shape), moved)
+    for b, (start, s, c) in enumerate(zip(starts, sink, counts)):
+        if s and c:
+            rows[b, :, start + c:start + c + s, :] = rows[b, :, start:start + s, :].clone()

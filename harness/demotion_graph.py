@@ -15,8 +15,9 @@ A layout (the fp rows in use and each sequence's sink, recent count, fp start an
 the demotion uses, so each layout has its graph; the histories' lengths may differ. Sequences of different prompt
 lengths demote in different steps (each keeps its own recent window, as alone), so such a batch cycles through up to
 page_tokens layouts (one per phase), each recurring every page_tokens steps: each is captured on its second
-occurrence. Where sequences differ, the rows are gathered and the sinks moved through device row indices
-(`harness.cache.RowIndex`) built on the layout's first, eager run and kept with its graph. A cache split over
+occurrence. Where sequences differ, each buffer's demoted and kept rows are gathered into place through device
+row indices (`harness.static_cache._demote_by_gather`, `harness.cache.RowIndex`) built on the layout's first, eager
+run and kept with its graph. A cache split over
 several GPUs (a segmented decode, harness/segmented_graph.py) has one graph per GPU and layout: each holds that
 GPU's layers and its mirror of the lengths, and replays on that GPU's current stream, so it runs after the GPU's
 part of the previous step and before its part of the next.

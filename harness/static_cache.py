@@ -189,7 +189,7 @@ def demote_in_place(layer: ThreeRegionLayer, counts: list[int], write=None, inde
     from its new place."""
     n_fp, sink = layer.fp_rows, sinks_at_row_zero(layer, counts)
     if sink is not None:
-        demote_rows(layer, counts, write, move_sinks=False, index=index)
+        demote_rows(layer, counts, write, move_sinks=False)
         _shift_down(layer, sink + counts[0], n_fp, counts[0])
         return counts[0]
     return _demote_by_gather(layer, counts, write, RowIndex() if index is None else index)

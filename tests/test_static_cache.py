@@ -416,16 +416,16 @@ def test_phased_frozen_cache_decodes_like_the_dynamic_cache(tiny, tmp_path, monk
 
 
 def test_phased_sink_moves_equal_per_sequence_copies():
-    """`_move_sinks` over sequences that differ (one gather and one scatter) moves each sink like its own copy:
-    sinks of different lengths, a sequence that demotes nothing, one with no sink, overlapping moves."""
-    from harness.cache import RowIndex, _move_sinks
+    """`_move_sinks` over sequences that differ moves each sink like its own copy: sinks of different lengths, a
+    sequence that demotes nothing, one with no sink, overlapping moves."""
+    from harness.cache import _move_sinks
     rows = torch.randn(4, 2, 12, 8)
     starts, sink, counts = [1, 0, 3, 2], [3, 2, 0, 4], [4, 0, 4, 2]
     expected = rows.clone()
     for b, (start, s, c) in enumerate(zip(starts, sink, counts)):
         if s and c:
             expected[b, :, start + c:start + c + s] = rows[b, :, start:start + s].clone()
-    _move_sinks(rows, starts, sink, counts, RowIndex())
+    _move_sinks(rows, starts, sink, counts)
     assert torch.equal(rows, expected)
 
 
