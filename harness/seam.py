@@ -20,7 +20,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (AttentionMaskInterface, causal_mask_function, prepare_padding_mask,
                                        sdpa_mask)
 
-from harness.cache import KVView, ThreeRegionLayer
+from harness.cache import KVView, ThreeRegionLayer, rotate
 from harness.memory_plan import model_head_dim
 from harness.placement import on_device
 from harness.quantizer import KVQuantizer, has_own_cache
@@ -45,15 +45,15 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
     query: [B, H_q, T_q, D] post-RoPE. Returns ([B, T_q, H_q, D], None) like transformers' sdpa.
     """
-    pads = None
+    pads, kernel_path = None, False
     if isinstance(key, KVView):
         key.layer.observe_padding(attention_mask)                                 # once: each sequence's padding
-        if key.layer.key_rotation is not None:
-            r_k = key.layer.key_rotation                                          # on the cache device, rotation dtype
-            query = (query.to(r_k.dtype) @ r_k).to(query.dtype)
+        kernel_path = key.layer.use_kernels
+        if key.layer.key_rotation is not None:                                    # on the cache device, rotation dtype
+            query = rotate(query, key.layer.key_rotation, use_kernel=kernel_path)
         if key.keys is None:
             out = kernel_decode(key.layer, query, attention_mask, scaling)
-            return unrotate_output(module, out), None
+            return unrotate_output(module, out, kernel_path), None
         key, value, pads = key.keys, key.values, key.layer.pad
     window = getattr(module, "sliding_window", None)
     by_padding = pads is not None and padded_causal_prefill(query, attention_mask, window, kwargs.get("softcap"))
@@ -71,7 +71,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     else:
         out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
                                         scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
-    return unrotate_output(module, out), None
+    return unrotate_output(module, out, kernel_path), None
 
 
 def grouped_masked_prefill(query, key, value, attention_mask) -> bool:
@@ -221,12 +221,13 @@ def kernel_decode(layer, query, attention_mask, scaling) -> torch.Tensor:
     return out.transpose(1, 2).contiguous()     # no copy for the kernels' token-major output (kernels.decode)
 
 
-def unrotate_output(module, out: torch.Tensor) -> torch.Tensor:
-    """Map the attention output back from the R_V basis (v_proj was folded): out @ R_V^T."""
+def unrotate_output(module, out: torch.Tensor, use_kernel: bool = False) -> torch.Tensor:
+    """Map the attention output [B, T_q, H_q, D] back from the R_V basis (v_proj was folded): out @ R_V^T
+    (use_kernel: a cache on the kernel path, `harness.cache.rotate`)."""
     r_v_t = getattr(module, "_kvq_output_rotation", None)                # R_V^T in the rotation dtype
     if r_v_t is None:
         return out
-    return (out.to(r_v_t.dtype) @ r_v_t).to(out.dtype)
+    return rotate(out, r_v_t, use_kernel=use_kernel)
 
 
 AttentionInterface.register(ATTN_NAME, kvq_attention)
