@@ -5,9 +5,9 @@
 x [B, H, T, D] (any strides, any float dtype), rotation [D, D] fp32, offset [H, D] fp32 or None (subtracted per head
 after the rotation: the centred keys of `harness.cache`). Returns a contiguous [B, H, T, D] tensor in out_dtype
 (default x.dtype). What `rotate_rows_reference` computes with an upcast, a cuBLAS fp32 GEMM, a subtraction and a
-cast, in one kernel: on the H200 the cuBLAS fp32 GEMM of a decode step's 32 query rows took ~52 us (an FFMA kernel
-with a 32 x 128 tile), and the three rotations of a layer (query, new key, attention output) with their casts cost
-OSCAR's batch-1 step 7.3 ms against 4.6 ms with bf16 rotations (results/bench/bench_throughput_rotate_rows.md).
+cast, in one kernel. On an H200 cuBLAS ran one of a decode step's three fp32 rotations per layer (query, new key,
+attention output) as an FFMA GEMM of ~52 us, and the rotations with their casts took OSCAR's batch-1 step at 100k to
+7.3 ms against 4.6 ms with bf16 rotations; through this kernel 4.7 ms (results/bench/bench_throughput_rotate_rows.md).
 
 The products accumulate in fp32 FMAs (`input_precision="ieee"`, no TF32), each output over the head_dim in the same
 order whatever the number of rows or the tile, so a row's result does not depend on the rows launched with it.
