@@ -7,11 +7,13 @@
 
 Hydra itself crashes on some group choices (`ctx=0`) and silently drops an unknown choice of an optional group
 (`experiment=nope`); run.py, scripts/sweep_plan.py and scripts/calibrate.py ask `bad_group_choice` first. Hydra's
-report of an override of a key the config lacks (`task.nope=1`) takes five lines; run.py asks `bad_override` first.
+report of an override of a key the config lacks (`task.nope=1`) takes five lines, in a sweep (`-m`) as well; run.py
+asks `bad_override` first.
 """
 from __future__ import annotations
 
 import argparse
+from itertools import islice, product
 from pathlib import Path
 
 from kernels.dispatch import HEAD_DIMS
@@ -33,22 +35,57 @@ def bad_group_choice(argv: list[str], configs: Path) -> str | None:
     return None
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+MAX_SWEEP_RUNS = 16     # a sweep's group-choice combinations composed by `bad_override`
+
+
 def bad_override(argv: list[str], configs: Path) -> str | None:
     """One sentence for a `group.key=value` override of a key the composed config lacks, found by composing it as
-    run.py's Hydra would; None when it composes, fails otherwise (Hydra reports that itself), or when argv holds a
-    flag (-m sweeps list values, --config-dir moves the configs)."""
-    if any(arg.startswith("-") for arg in argv):
+    run.py's Hydra would (in a `-m` sweep, each of its first MAX_SWEEP_RUNS combinations of group choices: a key may
+    exist for one choice only); None when it composes, fails otherwise (Hydra reports that itself), or when argv
+    holds another flag (--config-dir moves the configs) or a sweep this cannot list (glob() asks Hydra's loader)."""
+    overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
+    if any(arg.startswith("-") for arg in overrides):
         return None
+    runs = _sweep_runs(overrides) if len(overrides) < len(argv) else [overrides]
     from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException
+    from hydra.errors import HydraException
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        for run in runs:
+            try:
+                compose("config", run)
+            except HydraException as err:       # any other report is Hydra's own, when run.py composes
+                problem = _missing_key(str(err))
+                if problem:
+                    return problem
+    return None
+
+
+def _sweep_runs(overrides: list[str]) -> list[list[str]]:
+    """Override lists of a `-m` sweep's first MAX_SWEEP_RUNS combinations of group choices, a swept key at its
+    first value ([] when Hydra must list them itself)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    options = []
     try:
-        with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
-            compose("config", list(argv))
-    except ConfigCompositionException as err:
-        lines = str(err).splitlines()
-        if len(lines) > 1 and lines[0].startswith("Could not override") and "use +" in lines[1]:
-            key, addition = lines[0].split("'")[1], lines[1].rpartition("use ")[2]
-            return f"{key} is not a key of the composed config (a typo, or an option it lacks); to add it: {addition}."
+        for override in OverridesParser.create().parse_overrides(overrides):
+            if not override.is_sweep_override():
+                options.append([override.input_line])
+                continue
+            values = list(override.sweep_string_iterator())
+            group_choice = "." not in override.key_or_group     # which keys exist depends on group choices alone
+            options.append([f"{override.get_key_element()}={value}" for value in values[:None if group_choice else 1]])
+    except HydraException:
+        return []                   # a syntax error, or glob(): Hydra's own report
+    return [list(run) for run in islice(product(*options), MAX_SWEEP_RUNS)]
+
+
+def _missing_key(report: str) -> str | None:
+    """Hydra's five-line report of an override of a missing key as one sentence (None for any other report)."""
+    lines = report.splitlines()
+    if len(lines) > 1 and lines[0].startswith("Could not override") and "use +" in lines[1]:
+        key, addition = lines[0].split("'")[1], lines[1].rpartition("use ")[2]
+        return f"{key} is not a key of the composed config (a typo, or an option it lacks); to add it: {addition}."
     return None
 
 

@@ -334,6 +334,7 @@ def run_py(*args, results: Path, **kwargs):
     (["seed=abc"], "seed must be an integer"),
     (["task.nope=1"], "task.nope is not a key of the composed config (a typo, or an option it lacks); to add it: +"),
     (["-m", "hydra/launcher=slurm", "debug=tiny"], "hydra/launcher=slurm needs a SLURM cluster"),
+    (["-m", "quantizer=bf16,oscar", "task.nope=1"], "task.nope is not a key of the composed config"),
     (["model=qwen3_8b", "model.source=random", f"model.shape={ROOT / 'tests/fixtures/tiny_qwen3_hd96_shape.json'}",
       "+model.random_tokenizer=char", "kernels=triton"], "the Triton kernels take head_dim 64, 128, 256"),
 ])

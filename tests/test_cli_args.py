@@ -24,7 +24,17 @@ def test_an_override_of_a_key_the_config_lacks_is_one_sentence():
     assert problem == ("quantizer.nope.deep is not a key of the composed config (a typo, or an option it lacks); "
                        "to add it: +quantizer.nope.deep=2.")
     assert bad_override(["quantizer=oscar", "quantizer.sink=4", "+task.nope=1", "hydra.run.dir=/tmp/x"], CONFIGS) is None
-    assert bad_override(["-m", "task.nope=1"], CONFIGS) is None                  # a sweep: left to Hydra
+
+
+
+def test_a_sweep_checks_its_overrides_under_each_group_choice():
+    problem = bad_override(["-m", "quantizer=oscar,bf16", "ctx=4k,8k", "quantizer.page=16"], CONFIGS)
+    assert problem == ("quantizer.page is not a key of the composed config (a typo, or an option it lacks); "
+                       "to add it: +quantizer.page=16.")                       # oscar has a page, bf16 has none
+    assert bad_override(["--multirun", "task.nope=1,2"], CONFIGS).startswith("task.nope is not a key")
+    assert bad_override(["-m", "quantizer=oscar,naive_int2", "quantizer.page=16", "seed=0,1"], CONFIGS) is None
+    assert bad_override(["-m", "quantizer=bf16,oscar", "+quantizer.nope=1"], CONFIGS) is None
+    assert bad_override(["-m", "quantizer=glob(*)", "task.nope=1"], CONFIGS) is None     # glob(): left to Hydra
 
 
 def test_integer_list_types_refuse_text_zero_and_lists_where_one_is_asked():
