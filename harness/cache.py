@@ -36,9 +36,8 @@ KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel)
 def rotate(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | None = None,
            use_kernel: bool = False) -> torch.Tensor:
     """(x @ R - offset[h]) in the rotation's dtype, back in x's dtype; x [B, H, T, D], offset [H, D] or None.
-    use_kernel: a decode step's rows on the kernel path, where `kernels.rotate.rotate_rows` takes fp32 rotations in
-    one launch (the upcast, cuBLAS's fp32 GEMM and the cast cost a decode step ~75 us per layer on an H200); a
-    prefill's millions of rows stay on cuBLAS's fp32 GEMM, several times the kernel's FMA rate there."""
+    use_kernel: a cache on the kernel path, where `kernels.rotate.rotate_rows` takes fp32 rotations in one launch
+    (the upcast, cuBLAS's fp32 GEMM and the cast cost a decode step ~75 us per layer on an H200)."""
     if use_kernel and rotation_kernel_serves(x, rotation):
         return rotate_rows(x, rotation, offset)
     y = x.to(rotation.dtype) @ rotation
@@ -181,8 +180,7 @@ class ThreeRegionLayer(DynamicLayer):
             return key_states
         if self.key_rotation is not None:
             offset = None if self.key_offset is None else self.key_offset[0, :, 0, :]              # [H_kv, D]
-            decode_rows = key_states.shape[-2] <= KERNEL_MAX_QUERY_TOKENS
-            return rotate(key_states, self.key_rotation, offset, use_kernel=self.use_kernels and decode_rows)
+            return rotate(key_states, self.key_rotation, offset, use_kernel=self.use_kernels)
         return (key_states.to(self.key_offset.dtype) - self.key_offset).to(key_states.dtype)
 
     def observe_padding(self, attention_mask) -> None:

@@ -20,7 +20,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (AttentionMaskInterface, causal_mask_function, prepare_padding_mask,
                                        sdpa_mask)
 
-from harness.cache import KERNEL_MAX_QUERY_TOKENS, KVView, ThreeRegionLayer, rotate
+from harness.cache import KVView, ThreeRegionLayer, rotate
 from harness.memory_plan import model_head_dim
 from harness.placement import on_device
 from harness.quantizer import KVQuantizer, has_own_cache
@@ -48,7 +48,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
     pads, kernel_path = None, False
     if isinstance(key, KVView):
         key.layer.observe_padding(attention_mask)                                 # once: each sequence's padding
-        kernel_path = key.layer.use_kernels and query.shape[-2] <= KERNEL_MAX_QUERY_TOKENS    # a decode step
+        kernel_path = key.layer.use_kernels
         if key.layer.key_rotation is not None:                                    # on the cache device, rotation dtype
             query = rotate(query, key.layer.key_rotation, use_kernel=kernel_path)
         if key.keys is None:
