@@ -15,7 +15,9 @@ A layout (the fp rows in use and each sequence's sink, recent count, fp start an
 the demotion uses, so each layout has its graph; the histories' lengths may differ. Sequences of different prompt
 lengths demote in different steps (each keeps its own recent window, as alone), so such a batch cycles through up to
 page_tokens layouts (one per phase), each recurring every page_tokens steps: each is captured on its second
-occurrence. Where sequences differ, each buffer's demoted and kept rows are gathered into place through device
+occurrence. The graphs of a GPU share one memory pool: each replays alone, between decode steps, and keeps nothing
+it allocates past its replay (it writes the cache's own buffers), so a batch of many phases holds one demotion's
+temporaries, not one per layout. Where sequences differ, each buffer's demoted and kept rows are gathered into place through device
 row indices (`harness.static_cache._demote_by_gather`, `harness.cache.RowIndex`) built on the layout's first, eager
 run and kept with its graph. A cache split over
 several GPUs (a segmented decode, harness/segmented_graph.py) has one graph per GPU and layout: each holds that
@@ -31,7 +33,8 @@ import torch
 from harness.cache import RowIndex
 from harness.packed_history import DeviceOffsets
 
-MAX_LAYOUTS = 16   # graphs kept: a static decode has one layout per demotion phase of its sequences (<= page_tokens)
+MAX_LAYOUTS = 64   # graphs kept: a static decode has one layout per demotion phase of its sequences (<= page_tokens:
+                   # 32 for KIVI, 8 for OSCAR); beyond it a layout demotes eagerly
 
 
 def demotion_graph_refusal(state) -> str | None:
@@ -54,6 +57,7 @@ class DemotionGraphs:
         self.seen: set[tuple] = set()
         self.graphs: dict[tuple, tuple[dict[str, torch.cuda.CUDAGraph], int]] = {}   # layout -> ({GPU: graph}, trim)
         self.indices: dict[tuple, RowIndex] = {}    # layout -> the row indices its graph reads
+        self.pools: dict[str, tuple] = {}           # GPU -> the memory pool every layout's graph there shares
 
     def layout(self, counts: list[int]) -> tuple:
         """(fp rows in use, ((sink, recent, fp start, count) of each sequence)): what fixes the demotion's indices."""
@@ -78,7 +82,8 @@ class DemotionGraphs:
             graphs = {device: torch.cuda.CUDAGraph() for device in self.state.mirrors}
             for device, graph in graphs.items():        # a capture stream on the graph's GPU: torch.cuda.graph's
                 side = torch.cuda.Stream(device=device)     # default is one stream, made on the first capture's GPU
-                with torch.cuda.device(device), torch.cuda.graph(graph, stream=side):
+                pool = self.pools.setdefault(device, torch.cuda.graph_pool_handle())
+                with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, stream=side):
                     trim = self._device_work(counts, device, self.indices[layout])
             _replay(graphs)
             self.graphs[layout] = (graphs, trim)

@@ -458,6 +458,16 @@ def test_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
     _assert_same_cache(cache, eager_cache, state)
 
 
+def test_every_shipped_quantizers_phases_fit_the_demotion_graphs():
+    """A batch of prompts of mixed lengths demotes in up to page_tokens phases, one layout each: every shipped
+    quantizer's page fits MAX_LAYOUTS, so no phase of a baseline demotes eagerly where OSCAR's (page 8) replay."""
+    from omegaconf import OmegaConf
+    from harness.demotion_graph import MAX_LAYOUTS
+    from harness.quantizer import CONFIG_DIR, known_quantizers
+    pages = {name: OmegaConf.load(CONFIG_DIR / f"{name}.yaml").get("page", 8) for name in known_quantizers()}
+    assert pages["kivi2"] == 32 and max(pages.values()) <= MAX_LAYOUTS
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_phased_graphed_demotions_replay_like_eager_ones(tiny, tmp_path, monkeypatch):
     """Sequences demoting in different steps: each phase's layout is captured and replayed, with tokens, logits and
