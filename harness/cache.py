@@ -10,7 +10,11 @@ Region sizes come from the quantizer (METHOD_OSCAR §7):
   * everything between is quantized; during decode the oldest recent tokens are demoted in pages
     of `page_tokens` (just before the next tokens are appended, so the tokens of the current step
     always attend to themselves unquantized); a prefill chunk demotes everything beyond the recent
-    window at once and attends to its own rows in full precision.
+    window at once (the window then slides over the chunk's own tokens: a chunk at least a window long reads every
+    earlier token past the sink quantized) and attends to its own rows in full precision; with the quantizer's
+    `chunk_keeps_recent` false a chunk followed by another (a non-final chunk) demotes every token past the sink, as
+    the release's server does (METHOD_OSCAR §7.2), so a shorter later chunk reads none of the previous one in full
+    precision either; decided when the next call shows whether the chunk was the last.
 Regions are counted per sequence from its first real token, so a prompt gets the same sink, history,
 recent window and demotions alone as inside a left-padded batch (docs/architecture.md, "Batch invariance").
 Storage: each batch row of the full-precision buffers holds [unused | sink | recent], right-aligned (the
@@ -111,8 +115,8 @@ class ThreeRegionLayer(DynamicLayer):
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
         decode = new <= KERNEL_MAX_QUERY_TOKENS
-        if self.n_tokens:
-            self.settle()
+        if self.n_tokens:       # a pending chunk followed by another is a non-final one
+            self.settle(keep_recent=decode or self.quantizer.chunk_keeps_recent)
         if decode:
             self._demote(prefill=False)   # demote before appending: the new tokens attend to themselves unquantized
         self.keys = torch.cat([self.keys, key_states], dim=-2)
@@ -120,8 +124,8 @@ class ThreeRegionLayer(DynamicLayer):
         self.n_tokens += new
         if not decode:
             self._pending = True          # settled now if the padding is known, else once the seam saw the mask
-            if self.pad is not None:
-                self.settle()
+            if self.pad is not None and self.quantizer.chunk_keeps_recent:
+                self.settle()             # (else by the next call, which says whether this chunk was the last)
         if self.use_kernels and decode:
             view = KVView(self, None, None, new)        # the decode kernel reads the packed storage
             return view, view
@@ -192,7 +196,8 @@ class ThreeRegionLayer(DynamicLayer):
             self.pad = [0] * batch
         else:
             self.pad = attention_mask[:, 0, -1, :].int().argmax(dim=-1).tolist()   # first visible position
-        self.settle()
+        if self.quantizer.chunk_keeps_recent:
+            self.settle()
 
     @property
     def fp_rows(self) -> int:
@@ -212,21 +217,23 @@ class ThreeRegionLayer(DynamicLayer):
         sink, _, recent = self.regions()
         return [self.fp_rows - s - r for s, r in zip(sink, recent)]
 
-    def settle(self) -> None:
-        """Fix the padding and demote what the last prefill chunk left beyond the recent window (a cache read
-        or updated again before any attention mask reached it, i.e. driven without the seam, is unpadded)."""
+    def settle(self, keep_recent: bool = True) -> None:
+        """Fix the padding and demote what the last prefill chunk left beyond the recent window, or (keep_recent
+        False: a non-final chunk under `chunk_keeps_recent=False`) every token past the sink (a cache read or updated
+        again before any attention mask reached it, i.e. driven without the seam, is unpadded)."""
         if self.pad is None:
             self.pad = [0] * self.keys.shape[0]
         if self._pending:
             self._pending = False
-            self._demote(prefill=True)
+            self._demote(prefill=True, keep_recent=keep_recent)
 
-    def _demote(self, prefill: bool) -> None:
-        """Move each sequence's oldest recent tokens beyond its recent window into the quantized history."""
+    def _demote(self, prefill: bool, keep_recent: bool = True) -> None:
+        """Move each sequence's oldest recent tokens beyond its recent window (none kept: keep_recent False) into
+        the quantized history."""
         if not self.quantizer.stores_codes:
             return
         _, _, recent = self.regions()
-        align, window = self._alignment(), self.quantizer.recent_tokens
+        align, window = self._alignment(), self.quantizer.recent_tokens if keep_recent else 0
         if prefill:
             counts = [max(0, r - window) // align * align for r in recent]
         else:

@@ -52,6 +52,7 @@ ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("quantizer", "key_target"): "query",     # OSCAR's key covariance target (tensor: the K^T K ablation)
     ("task", "max_new_tokens"): None,         # LongBench's cap (null: its per-dataset budgets); other tasks set it
     ("task", "prefill_chunk"): None,          # tokens per prefill forward (null: the whole prompt in one)
+    ("quantizer", "chunk_keeps_recent"): True,  # a non-final prefill chunk keeps its recent window in full precision
 }
 DRY_RUN_SUFFIX = "@random"    # a random-weight model's rows are <model>@random (report/tables.py leaves them out)
 

@@ -37,9 +37,12 @@ class KVQuantizer:
     page_tokens: int = 8            # demotion granularity during decode (METHOD_OSCAR §7.3)
     metadata_bits: int = 16         # bits of one scale or zero as stored
     rotation_dtype: str = "float32"  # runtime rotations in fp32, or "model": in the activations' dtype (as released)
+    chunk_keeps_recent: bool = True  # a non-final prefill chunk keeps its recent window in full precision; False:
+                                     # every token past the sink is quantized, as the release's server (§7.2)
 
-    def __init__(self, name: str | None = None, **options):
+    def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True, **options):
         self.options = options
+        self.chunk_keeps_recent = bool(chunk_keeps_recent)
         if name:
             self.name = name
 

@@ -261,10 +261,11 @@ def freeze(cache, max_new_tokens: int, attention_mask: torch.Tensor | None = Non
         raise ValueError(refusal)
     first = layers[0]
     pad = None if attention_mask is None else attention_mask.int().argmax(dim=-1).tolist()   # first real token
-    for layer in layers:
-        if layer.pad is None and pad is not None:
-            layer.pad = pad
-        layer.settle()                                          # the prefill's demotion (unknown padding: none)
+    with torch.inference_mode(first.keys.is_inference()):      # a prefill under inference mode wrote the buffers
+        for layer in layers:
+            if layer.pad is None and pad is not None:
+                layer.pad = pad
+            layer.settle()        # the prefill's (last chunk's) demotion, if still pending (unknown padding: none)
     n_fp = first.keys.shape[-2]
     fp_rows = _fp_capacity(first, n_fp, max_new_tokens)
     for layer in layers:

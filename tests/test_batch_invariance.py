@@ -25,13 +25,13 @@ NOT_OURS = {"hf_quantized_cache"}                            # transformers' Qua
 KERNEL_ON_CPU = {"oscar", "kivi2"}
 
 
-def _prepared(tiny, name, tmp_path, monkeypatch):
-    """(tiny Qwen3 on DEVICE, its tokenizer, quantizer `name` with small windows, calibrated)."""
+def _prepared(tiny, name, tmp_path, monkeypatch, **options):
+    """(tiny Qwen3 on DEVICE, its tokenizer, quantizer `name` with small windows and `options`, calibrated)."""
     monkeypatch.setenv("OSCAR_CACHE", str(tmp_path))
     model, tok = tiny("qwen3")
     model.to(DEVICE)
     overrides = KIVI_WINDOWS if name.startswith("kivi") else {} if name == "bf16" else SMALL_WINDOWS
-    quantizer = build_quantizer(name, **overrides)
+    quantizer = build_quantizer(name, **overrides, **options)
     quantizer.check(model.config)
     quantizer.prepare(model, tok)
     return model, tok, quantizer
@@ -101,14 +101,14 @@ def test_compiled_static_step_is_batch_invariant(tiny, tmp_path, monkeypatch, na
 CHUNK = 64    # the lone prompt's left padding inside the batch is longer: its first chunks hold padding only
 
 
-@pytest.mark.parametrize("name", ["oscar", "bf16"])
-def test_chunked_prefill_is_batch_invariant_on_both_paths(tiny, tmp_path, monkeypatch, name):
+@pytest.mark.parametrize("name, keeps_recent", [("oscar", True), ("oscar", False), ("bf16", True)])
+def test_chunked_prefill_is_batch_invariant_on_both_paths(tiny, tmp_path, monkeypatch, name, keeps_recent):
     """task.prefill_chunk: a prompt prefilled in chunks decodes the same alone as inside a left-padded batch whose
-    first chunks are all padding for it, on the frozen cache and through generate; BF16 (nothing quantized) gives
-    the one-forward prefill's tokens."""
+    first chunks are all padding for it, on the frozen cache and through generate, with either placement of a
+    non-final chunk (`chunk_keeps_recent`); BF16 (nothing quantized) gives the one-forward prefill's tokens."""
     from harness.generate import generate_outputs
     from harness.task import Example
-    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch)
+    model, tok, quantizer = _prepared(tiny, name, tmp_path, monkeypatch, chunk_keeps_recent=keeps_recent)
     enc = tok([PROMPT, *LONGER], return_tensors="pt", padding=True)
     assert (enc.attention_mask[0] == 0).sum() > 2 * CHUNK
     alone = _static(model, tok, quantizer, [PROMPT], prefill_chunk=CHUNK)

@@ -47,6 +47,10 @@ def test_paper_aime_int2_runs_aime25_at_32k(composer):
 def test_paper_ruler_sweeps_16k_to_128k(composer):
     config = composer(["experiment=paper_ruler"])
     assert len(config.task.variants) == 8 and config.task.prefill_chunk == 8192     # the release's chunked prefill
+    assert config.quantizer.chunk_keeps_recent is False
+    for name in ("bf16", "quarot_int2", "oscar"):
+        cell = composer(["experiment=paper_ruler", f"quantizer={name}"])
+        assert build_checked_quantizer(cell.quantizer).chunk_keeps_recent is False
     assert grid(config) == product(["qwen3_8b", "qwen3_32b"], ["bf16", "quarot_int2", "oscar"], ["ruler_niah"],
                                    ["16k", "32k", "64k", "128k"], ["0"])
 

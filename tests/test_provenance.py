@@ -29,6 +29,8 @@ def test_an_option_added_at_its_old_default_keeps_the_cell_id():
     assert cell_id("quantizer=oscar", "+quantizer.rotation_dtype=model") != plain
     assert "key_target" not in cell_definition(compose_cell("quantizer=oscar"))[1]["quantizer"]   # as before it existed
     assert cell_id("quantizer=oscar", "quantizer.key_target=tensor") != plain
+    assert cell_id("quantizer=oscar", "+quantizer.chunk_keeps_recent=true") == plain
+    assert cell_id("quantizer=oscar", "+quantizer.chunk_keeps_recent=false") != plain
 
 
 def test_settings_that_change_results_change_the_id_and_code_paths_do_not():
