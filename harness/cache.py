@@ -32,22 +32,20 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from harness.packed_history import PackedHistory
-from kernels.rotate import rotate_rows, rotation_kernel_serves
+from kernels.rotate import rotate_rows, rotate_rows_reference, rotation_kernel_serves
 
 KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel); longer chunks are prefill (reference)
 
 
 def rotate(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | None = None,
            use_kernel: bool = False) -> torch.Tensor:
-    """(x @ R - offset[h]) in the rotation's dtype, back in x's dtype; x [B, H, T, D], offset [H, D] or None.
-    use_kernel: a cache on the kernel path, where `kernels.rotate.rotate_rows` takes fp32 rotations in one launch
-    (the upcast, cuBLAS's fp32 GEMM and the cast cost a decode step ~75 us per layer on an H200)."""
+    """(x @ R - offset[h]) in the rotation's dtype, back in x's dtype; x [B, H, T, D], offset [H, D] (in the
+    rotation's dtype) or None. use_kernel: a cache on the kernel path, where `kernels.rotate.rotate_rows` takes fp32
+    rotations in one launch (through an upcast, cuBLAS's fp32 GEMM and a cast, the three rotations of a decode step
+    cost ~75 us per layer more than bf16 ones on an H200: results/bench/bench_throughput_rotate_rows.md)."""
     if use_kernel and rotation_kernel_serves(x, rotation):
         return rotate_rows(x, rotation, offset)
-    y = x.to(rotation.dtype) @ rotation
-    if offset is not None:
-        y = y - offset.to(rotation.dtype)[None, :, None, :]
-    return y.to(x.dtype)
+    return rotate_rows_reference(x, rotation, offset)
 
 
 @dataclass
@@ -420,8 +418,9 @@ def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None, move_sin
     sink, _, recent = layer.regions()
     n_fp, width = layer.fp_rows, max(counts)
     first = [n_fp - r for r in recent]                                        # each sequence's oldest recent row
+    index = _demoted_rows_index(first, width, layer.keys)                     # [B, width] or None (a slice)
     for rows, history in ((layer.keys, layer.history_k), (layer.values, layer.history_v)):
-        rows_out = _rows_from(rows, first, width)                             # [B, H_kv, width, D]
+        rows_out = _rows_from(rows, first, width, index)                      # [B, H_kv, width, D]
         if write is None:
             history.append(rows_out, counts)
         else:
@@ -431,14 +430,22 @@ def demote_rows(layer: ThreeRegionLayer, counts: list[int], write=None, move_sin
     return min(f - s + c for f, s, c in zip(first, sink, counts))
 
 
-def _rows_from(rows: torch.Tensor, first: list[int], width: int) -> torch.Tensor:
-    """Rows first[b] .. first[b] + width - 1 of each batch row of rows [B, H_kv, F, D] (clamped to F - 1):
-    a slice when every sequence starts at the same row (no index built on the host and copied per call)."""
-    if len(set(first)) == 1 and first[0] + width <= rows.shape[-2]:
+def _demoted_rows_index(first: list[int], width: int, rows: torch.Tensor) -> torch.Tensor | None:
+    """Long [B, width]: rows first[b] .. first[b] + width - 1 of rows [B, H_kv, F, D] (clamped to F - 1), built on
+    the host and copied once for the keys and the values; None where every sequence starts at the same row (a slice
+    serves)."""
+    last = rows.shape[-2] - 1
+    if len(set(first)) == 1 and first[0] + width <= last + 1:
+        return None
+    return (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(last).to(rows.device)
+
+
+def _rows_from(rows: torch.Tensor, first: list[int], width: int, index: torch.Tensor | None) -> torch.Tensor:
+    """Rows first[b] .. first[b] + width - 1 of each batch row of rows [B, H_kv, F, D]: a slice, or one gather
+    through `_demoted_rows_index`'s index."""
+    if index is None:
         return rows[..., first[0]:first[0] + width, :]
-    index = (torch.tensor(first)[:, None] + torch.arange(width)).clamp_max(rows.shape[-2] - 1).to(rows.device)
-    gather = index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1])
-    return rows.gather(2, gather)
+    return rows.gather(2, index[:, None, :, None].expand(rows.shape[0], rows.shape[1], width, rows.shape[-1]))
 
 
 def as_words(rows: torch.Tensor) -> torch.Tensor:

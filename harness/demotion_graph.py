@@ -68,8 +68,11 @@ class DemotionGraphs:
     def sets_up(self, counts: list[int]) -> bool:
         """Whether demoting `counts` now is a layout's first demotion (eager, compiling its kernels) or its capture."""
         layout = self.layout(counts)
-        capture_next = self.capture and layout not in self.graphs and len(self.graphs) < MAX_LAYOUTS
-        return layout not in self.seen or capture_next
+        return layout not in self.seen or self._captures(layout)
+
+    def _captures(self, layout: tuple) -> bool:
+        """Whether demoting `layout` now captures its graph: its second demotion, with room for one more graph."""
+        return self.capture and layout in self.seen and layout not in self.graphs and len(self.graphs) < MAX_LAYOUTS
 
     def demote(self, counts: list[int]) -> int:
         """Demote counts[b] rows of every sequence (the device work and the histories' host lengths); returns the
@@ -78,7 +81,7 @@ class DemotionGraphs:
         if layout in self.graphs:
             graphs, trim = self.graphs[layout]
             _replay(graphs)
-        elif self.capture and layout in self.seen and len(self.graphs) < MAX_LAYOUTS:
+        elif self._captures(layout):
             graphs = {device: torch.cuda.CUDAGraph() for device in self.state.mirrors}
             for device, graph in graphs.items():        # a capture stream on the graph's GPU: torch.cuda.graph's
                 side = torch.cuda.Stream(device=device)     # default is one stream, made on the first capture's GPU

@@ -49,7 +49,8 @@ def _rotate_rows_kernel(x_ptr, r_ptr, off_ptr, y_ptr, n_rows, heads, tokens, s_x
 
 def rotate_rows_reference(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | None = None,
                           out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The expression the kernel replaces: (x.float() @ R - offset[h]) in out_dtype (default x.dtype)."""
+    """The expression the kernel replaces: (x @ R - offset[h]) in the rotation's dtype (any: also the model's,
+    `rotation_dtype=model`), then out_dtype (default x.dtype)."""
     y = x.to(rotation.dtype) @ rotation                                           # [B, H, T, D]
     if offset is not None:
         y = y - offset[None, :, None, :]
