@@ -1,8 +1,8 @@
 """Triton write path: rotate, clip, quantize and pack KV rows in one launch.
 
 `quantize_pack(x, spec, rotation)` returns the same (codes, scale, zero) as
-`kernels.reference.quantize_pack_reference` (i.e. `kernels.format.quantize(x @ R, spec)`), bit for
-bit: every division is IEEE (`div_rn`, or on the GPU a reciprocal and one exact Markstein correction), FMA
+`kernels.reference.quantize_pack_reference` (i.e. `kernels.format.quantize(x @ R, spec)`, x @ R rounded to x's dtype
+as the harness stores rotated rows), bit for bit: every division is IEEE (`div_rn`, or on the GPU a reciprocal and one exact Markstein correction), FMA
 contraction is off, metadata is rounded to its storage
 dtype before the codes are computed, and the clip threshold is the exact order statistic.
 Two caveats: the fused rotation is a tiled `tl.dot` (on the GPU with R's 16-bit dtype, or tf32 for
@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import libdevice
 
 from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.format import (LLOYD_MAX_OUTER_CENTROID, LLOYD_MAX_THRESHOLD, LLOYD_MAX_VARIANCE_FLOOR,
@@ -45,6 +46,20 @@ def _round_bf16(x):
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _rounded(x, KIND: tl.constexpr, FAST: tl.constexpr):
+    """fp32 -> the nearest value of SCALE_KINDS' dtype KIND, as fp32 (what torch's cast to that dtype gives;
+    FAST: the GPU's conversion, two values per instruction, where the interpreter's bf16 cast truncates)."""
+    if KIND == 1:
+        return x.to(tl.float16).to(tl.float32)
+    elif KIND == 2 and FAST:
+        return x.to(tl.bfloat16).to(tl.float32)
+    elif KIND == 2:
+        return _round_bf16(x)
+    else:
+        return x
 
 
 @triton.jit
@@ -85,7 +100,7 @@ def _divide(a, b, FAST: tl.constexpr):
     if FAST:
         inv = tl.math.div_rn(tl.full(b.shape, 1.0, tl.float32), b)
         q = a * inv
-        return tl.fma(tl.fma(-q, b, a), inv, q)
+        return tl.fma(tl.fma(q, -b, a), inv, q)                 # -b per group: no negation per element
     return tl.math.div_rn(a, b)
 
 
@@ -96,8 +111,10 @@ def _asymmetric(g, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.co
     high = tl.max(g, axis=AXIS, keep_dims=True)
     scale = _stored_scale(tl.math.div_rn(tl.maximum(high - low, _FLOOR), MAX_CODE * 1.0), low, SCALE_KIND)
     zero = _stored(tl.math.div_rn(-low, scale), SCALE_KIND)
-    codes = tl.floor(_divide(g, scale, FAST) + zero + 0.5)
-    return tl.clamp(codes, 0.0, MAX_CODE * 1.0), scale, zero
+    shifted = _divide(g, scale, FAST) + zero + 0.5
+    if FAST:  # floor and the clamp at 0 in one saturating conversion
+        return tl.minimum(libdevice.float2uint_rd(shifted), MAX_CODE), scale, zero
+    return tl.clamp(tl.floor(shifted), 0.0, MAX_CODE * 1.0).to(tl.int32), scale, zero
 
 
 @triton.jit
@@ -198,25 +215,25 @@ def _descend_distinct(keys, STEPS: tl.constexpr):
 
 
 @triton.jit
-def _tau_by_descent(mag, CLIP_INDEX: tl.constexpr):
-    """tau of each row [BLOCK_T, 1] by `_descend_counting` (exact with any ties)."""
-    level = _descend_counting(mag.to(tl.int32, bitcast=True), CLIP_INDEX)
+def _tau_by_descent(bits, CLIP_INDEX: tl.constexpr):
+    """tau of each row [BLOCK_T, 1] from |x|'s int32 patterns by `_descend_counting` (exact with any ties)."""
+    level = _descend_counting(bits, CLIP_INDEX)
     return level.to(tl.float32, bitcast=True)[:, None]                            # [BLOCK_T, 1]
 
 
 @triton.jit
-def _tau_by_distinct_descent(mag, CLIP_INDEX: tl.constexpr, SPARE_BITS: tl.constexpr):
-    """tau of each row [BLOCK_T, 1] by `_descend_distinct`, which is the TOP-th largest when no two values tie.
+def _tau_by_distinct_descent(bits, CLIP_INDEX: tl.constexpr, SPARE_BITS: tl.constexpr):
+    """tau of each row [BLOCK_T, 1] from |x|'s int32 patterns [BLOCK_T, D] by `_descend_distinct`, which is the
+    TOP-th largest when no two values tie.
 
     With 2^SPARE_BITS >= D (|x| came from 16-bit floats, whose fp32 patterns end in SPARE_BITS zero bits) the
     column index fills those bits, so no two keys tie and tau is the key with them cleared. Otherwise a row whose
     TOP largest values hold a tie has more than TOP values >= the result; a tile with such a row is redone by
     `_descend_counting`.
     """
-    TOP: tl.constexpr = mag.shape[1] - CLIP_INDEX
-    bits = mag.to(tl.int32, bitcast=True)                                         # [BLOCK_T, D]
-    if (1 << SPARE_BITS) >= mag.shape[1]:
-        cols = tl.arange(0, mag.shape[1])
+    TOP: tl.constexpr = bits.shape[1] - CLIP_INDEX
+    if (1 << SPARE_BITS) >= bits.shape[1]:
+        cols = tl.arange(0, bits.shape[1])
         level = _descend_distinct(bits | cols[None, :], TOP - 1) & -(1 << SPARE_BITS)
     else:
         level = _descend_distinct(bits, TOP - 1)
@@ -230,15 +247,15 @@ def _tau_by_distinct_descent(mag, CLIP_INDEX: tl.constexpr, SPARE_BITS: tl.const
 def _clip_rows(x, CLIP_INDEX: tl.constexpr, CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr):
     """Clamp each row to [-tau, tau], tau = sort_ascending(|x|)[clip_index] (the TOP-th largest |x|, TOP =
     D - CLIP_INDEX), exactly; CLIP_METHOD indexes CLIP_METHODS (how tau is found, never what it is)."""
-    mag = tl.abs(x)                                                               # [BLOCK_T, D]
+    bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF                              # |x|'s patterns [BLOCK_T, D]
     if CLIP_METHOD == 0:
-        tau = _tau_by_extraction(mag, CLIP_INDEX)
+        tau = _tau_by_extraction(tl.abs(x), CLIP_INDEX)
     elif CLIP_METHOD == 1:
-        tau = _tau_by_radix(mag, CLIP_INDEX)
+        tau = _tau_by_radix(tl.abs(x), CLIP_INDEX)
     elif CLIP_METHOD == 2:
-        tau = _tau_by_descent(mag, CLIP_INDEX)
+        tau = _tau_by_descent(bits, CLIP_INDEX)
     else:
-        tau = _tau_by_distinct_descent(mag, CLIP_INDEX, SPARE_BITS)
+        tau = _tau_by_distinct_descent(bits, CLIP_INDEX, SPARE_BITS)
     return tl.minimum(tl.maximum(x, -tau), tau)
 
 
@@ -259,8 +276,8 @@ def _quantize_pack_kernel(
     ROW_OFFSETS: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
     CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
-    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, SCALE_KIND: tl.constexpr,
-    BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
+    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, ROTATED_KIND: tl.constexpr,
+    SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_a = tl.program_id(1).to(tl.int64)
@@ -270,6 +287,7 @@ def _quantize_pack_kernel(
     x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt               # [BLOCK_T, 1]
     if ROTATE:
         x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
+        x = _rounded(x, ROTATED_KIND, FAST_DIV)                                          # x @ R in x's dtype
     else:
         x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
@@ -409,13 +427,13 @@ def clip_index(head_dim: int, spec: QuantSpec) -> int:
 
 def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool) -> str:
     """How `_clip_rows` finds tau by default: while few values lie above it (the OSCAR ratios keep 5-11), the
-    distinct descent with column keys where the values have spare low bits (16-bit x, no rotation), else the
-    counting descent; the radix select beyond MAX_TOP_BY_DESCENT. Offline SASS, INT2 g128 clip 0.96 at the
+    distinct descent with column keys where the values have spare low bits (16-bit x; a rotation's rows are
+    rounded to x's dtype), else the counting descent; the radix select beyond MAX_TOP_BY_DESCENT. Offline SASS, INT2 g128 clip 0.96 at the
     default tiles (scripts/dev/write_sass.py): 224 instructions per row against 358 by extraction without a
     rotation, 202 against 256 with one."""
     if head_dim - clip_index(head_dim, spec) > MAX_TOP_BY_DESCENT:
         return "radix"
-    return "distinct" if not rotate and SPARE_LOW_BITS[x_dtype] else "descend"
+    return "distinct" if SPARE_LOW_BITS[x_dtype] else "descend"
 
 
 def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool, rotation_fp32: bool,
@@ -429,8 +447,8 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
     return dict(D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
                 CHANNEL=spec.axis == "channel", VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None,
                 CLIP_INDEX=clip_index(head_dim, spec), CLIP_METHOD=CLIP_METHODS.index(clip_method),
-                SPARE_BITS=0 if rotate else SPARE_LOW_BITS[x_dtype],
-                ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=32,
+                SPARE_BITS=SPARE_LOW_BITS[x_dtype],
+                ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=32, ROTATED_KIND=SCALE_KINDS[x_dtype],
                 SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype],
                 BLOCK_T=(spec.group if spec.axis == "channel"
                          else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0]),

@@ -11,9 +11,9 @@ from kernels.format import QuantSpec, quantize
 
 
 def quantize_pack_reference(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None):
-    """Rotate (optional, fp32 `x @ R`), clip, quantize and pack x [..., T, D] -> (codes, scale, zero)."""
-    x = x.float()
+    """Rotate (optional: `x @ R` in fp32, rounded to x's dtype as the harness stores rotated rows), clip, quantize
+    and pack x [..., T, D] -> (codes, scale, zero)."""
     if rotation is not None:
-        x = x @ rotation.float()  # [..., T, D]
-    qt = quantize(x, spec)
+        x = (x.float() @ rotation.float()).to(x.dtype)  # [..., T, D]
+    qt = quantize(x.float(), spec)
     return qt.codes, qt.scale, qt.zero

@@ -233,7 +233,7 @@ def test_every_clip_method_bit_identical_after_an_exact_rotation(method):
 def test_default_clip_method_by_top_input_dtype_and_rotation():
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     assert default_clip_method(128, spec, torch.bfloat16, rotate=False) == "distinct"
-    assert default_clip_method(128, spec, torch.bfloat16, rotate=True) == "descend"
+    assert default_clip_method(128, spec, torch.bfloat16, rotate=True) == "distinct"   # rotated rows rounded to bf16
     assert default_clip_method(128, spec, torch.float32, rotate=False) == "descend"
     assert default_clip_method(128, QuantSpec(bits=3, group=64, clip_ratio=0.5), torch.bfloat16, False) == "radix"
 
@@ -251,6 +251,23 @@ def test_rotated_write_tile_follows_the_rows_per_head():
     assert default_write_tile(128, spec, rotate=True, tokens=4096) == (64, 4)
     assert default_write_tile(128, spec, rotate=True, tokens=1) == (16, 1)
     assert default_write_tile(128, spec, rotate=False, tokens=1) == default_write_tile(128, spec, rotate=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rotated_rows_rounded_to_the_input_dtype_before_the_clip(dtype):
+    """x @ R is exact here (integer rows of 7 bits, +-1 Hadamard) but needs up to 12 significant bits, so bf16 rows
+    round it (to nearest even, as torch's cast); the codes, scales and zeros are the reference's for x @ R in x's
+    dtype, which for bf16 differ from those of the fp32 product."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randint(-100, 101, (2, 3, 70, 128), generator=gen).to(dtype)
+    rotation = torch.ones(1, 1)
+    while rotation.shape[0] < 128:
+        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, dtype))
+    _assert_identical(got, quantize_pack_reference(x, spec, rotation))
+    unrounded = quantize_pack_reference(x.float(), spec, rotation)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(got, unrounded)) == (dtype == torch.float32)
 
 
 @pytest.mark.parametrize("tokens", [1, 70])
