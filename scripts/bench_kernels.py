@@ -21,6 +21,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -226,11 +227,12 @@ def _decode_bytes(batch: int, ctx: int, bits: int, shape: AttnShape = QWEN3_8B) 
     return batch * shape.kv_heads * per_head + 2 * batch * shape.q_heads * d * 2
 
 
-def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None),),
+def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None, None, {}),),
                 clip_methods: tuple = (None,)) -> list[dict]:
     """quantize_pack of [batch, 8, tokens, 128] bf16 rows: plain, with clip, with a bf16 rotation, with both;
-    each with every (block_t, num_warps) of `tiles` (None: the default tile), the clipped ones also with every
-    method of `clip_methods` (None: `kernels.quant.default_clip_method`)."""
+    each with every (block_t, num_warps, rotated-write knobs) of `tiles` (None: the default), the clipped ones also
+    with every method of `clip_methods` (None: `kernels.quant.default_clip_method`); a tile with rotated-write knobs
+    times only the rotated writes."""
     rotation = torch.linalg.qr(torch.randn(HEAD_DIM, HEAD_DIM, device="cuda"))[0].to(torch.bfloat16)
     rows = []
     variants = (("int2", QuantSpec(bits=2, group=128), None),
@@ -238,14 +240,16 @@ def bench_write(tokens: int, batch: int, copy_tbs: float, tiles: tuple = ((None,
                 ("int2 rot", QuantSpec(bits=2, group=128), rotation),
                 ("int2 clip+rot", QuantSpec(bits=2, group=128, clip_ratio=0.96), rotation),
                 ("int4 g32", QuantSpec(bits=4, group=32), None))
-    points = [(v, t, m) for v in variants for m in (clip_methods if v[1].clip_ratio else (None,)) for t in tiles]
-    for (label, spec, rot), (block_t, warps), method in points:
+    points = [(v, t, m) for v in variants for m in (clip_methods if v[1].clip_ratio else (None,)) for t in tiles
+              if v[2] is not None or not t[2]]
+    for (label, spec, rot), (block_t, warps, knobs), method in points:
         label += "" if method is None else f" {method}"
         label += "" if block_t is None else f" block_t={block_t} warps={warps}"
+        label += "".join(f" {k}={v}" for k, v in knobs.items())
 
-        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps, method=method):
+        def call(_, spec=spec, rot=rot, block_t=block_t, warps=warps, method=method, knobs=knobs):
             x = torch.randn(batch, KV_HEADS, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            kw = dict(block_t=block_t, num_warps=warps, clip_method=method)
+            kw = dict(block_t=block_t, num_warps=warps, clip_method=method, **knobs)
             out = quantize_pack(x, spec, rot, **kw)
             return lambda: quantize_pack(x, spec, rot, out=out, **kw)
 
@@ -271,10 +275,10 @@ def check_write_variants(tiles: tuple, clip_methods: tuple) -> list[str]:
     failures = []
     for x, rot in ((noise, None), (quarters, None), (quarters, hadamard.bfloat16())):
         ref = quantize_pack_reference(x, spec, rot)
-        for (block_t, warps), method in [(t, m) for t in tiles for m in clip_methods]:
-            got = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps, clip_method=method)
+        for (block_t, warps, knobs), method in [(t, m) for t in tiles for m in clip_methods]:
+            got = quantize_pack(x, spec, rot, block_t=block_t, num_warps=warps, clip_method=method, **knobs)
             if not all(torch.equal(a, b) for a, b in zip(got, ref)):
-                failures.append(f"quantize_pack clip {method} block_t={block_t} warps={warps} "
+                failures.append(f"quantize_pack clip {method} block_t={block_t} warps={warps} {knobs} "
                                 f"rotation={rot is not None}: not bit-exact")
     return failures
 
@@ -337,11 +341,27 @@ def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: 
     return "\n".join(lines)
 
 
+WRITE_TILE = re.compile(r"(\d+)x(\d+)(?:r(\d+))?(?:p(\d+))?(?:s(\d+))?")
+
+
+def write_tile(text: str) -> tuple[int, int, dict]:
+    """'64x4' -> (64, 4, {}); '64x4r128p2s3' -> (64, 4, {rot_block: 128, programs_per_sm: 2, stages: 3}): block_t,
+    num_warps and `quantize_pack`'s rotated-write knobs (the rotation's slice width; persistent programs per SM and
+    their pipeline stages)."""
+    match = WRITE_TILE.fullmatch(text)
+    if match is None:
+        raise SystemExit(f"--write-tiles: {text!r} is not BLOCKxWARPS[rR][pP][sS], e.g. 64x4 or 64x4r128p2s3.")
+    block_t, warps, *knobs = match.groups()
+    names = ("rot_block", "programs_per_sm", "stages")
+    return int(block_t), int(warps), {k: int(v) for k, v in zip(names, knobs) if v is not None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small decode points, small write path")
     parser.add_argument("--skip-check", action="store_true", help="skip the correctness checks")
-    parser.add_argument("--write-tiles", default="", help="extra write-path tiles, e.g. 32x4,64x8 (block_t x warps)")
+    parser.add_argument("--write-tiles", default="",
+                        help="extra write-path tiles, e.g. 32x4,64x8,64x4r128 (block_t x warps [r rot_block])")
     parser.add_argument("--clip-methods", default="",
                         help="write-path clip methods to compare, e.g. extract,descend,distinct (CLIP_METHODS)")
     parser.add_argument("--write-only", action="store_true", help="skip the decode points (write path only)")
@@ -349,7 +369,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU.")
     device = torch.cuda.get_device_name()
-    tiles = ((None, None), *(tuple(int(v) for v in t.split("x")) for t in args.write_tiles.split(",") if t))
+    tiles = ((None, None, {}), *(write_tile(t) for t in args.write_tiles.split(",") if t))
     clip_methods = tuple(args.clip_methods.split(",")) if args.clip_methods else (None,)
     failures = [] if args.skip_check else check_write_variants(tiles, clip_methods)
     failures += [] if args.skip_check or args.write_only else check_correctness()

@@ -270,6 +270,28 @@ def test_rotated_rows_rounded_to_the_input_dtype_before_the_clip(dtype):
     assert all(torch.equal(a.cpu(), b) for a, b in zip(got, unrounded)) == (dtype == torch.float32)
 
 
+@pytest.mark.parametrize("rot_block, programs_per_sm", [(16, 0), (64, 0), (128, 0), (32, 1)])
+def test_rotated_write_knobs_never_change_the_codes(rot_block, programs_per_sm):
+    """rot_block (the fused rotation's slice width) sums x @ R in other slices, programs_per_sm > 0 strides
+    persistent programs over the tiles with R loaded once (two programs under the interpreter: each takes several
+    tiles, a tail tile among them): exact sums here, so the codes are the reference's."""
+    gen = torch.Generator().manual_seed(rot_block)
+    x = torch.randint(-100, 101, (2, 70, 128), generator=gen).to(torch.bfloat16)
+    rotation = torch.ones(1, 1)
+    while rotation.shape[0] < 128:
+        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
+    got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, torch.bfloat16), rot_block=rot_block,
+                        programs_per_sm=programs_per_sm)
+    _assert_identical(got, quantize_pack_reference(x, spec, rotation))
+
+
+def test_bad_rotation_slice_width_is_one_sentence():
+    with pytest.raises(ValueError, match="rot_block must be a power of two"):
+        quantize_pack(torch.randn(4, 64, device=DEVICE), QuantSpec(bits=2, group=64), torch.eye(64, device=DEVICE),
+                      rot_block=96)
+
+
 @pytest.mark.parametrize("tokens", [1, 70])
 def test_rotated_writes_match_the_reference_at_both_tiles(tokens):
     """Clip + rotation at a decode step's single row and at a bulk write over one 64-row tile plus a tail."""

@@ -3,12 +3,16 @@
     python scripts/dev/compare_runs.py results/bench/bench_formats_words_runs.json --call 1 \
         --before before --after words
     python scripts/dev/compare_runs.py results/bench/bench_throughput_words_runs.json --throughput
+    python scripts/dev/compare_runs.py results/bench/bench_kernels_write_epilogue_runs.json --write \
+        --before base --after new
 
 bench_formats.py runs: the file holds {"calls": [{"call": n, "trees": {...}, "runs": [{"tree": label, "round": r,
 "payload": <bench_formats.py JSON>}]}]}; for each point and format the table gives both trees' mean time over the
 call's rounds (each round's times in brackets), the after tree's share of the copy bandwidth and speed against BF16
 SDPA (SDPA timed in the same run), and after / before. --throughput: the file holds {"runs": [{"tree", "round",
-"payload": <bench_throughput.py JSON>}]}; every row and same-budget row of every run, in run order.
+"payload": <bench_throughput.py JSON>}]}; every row and same-budget row of every run, in run order. --write: the
+file holds {"runs": [{"tree", "round", "payload": <bench_kernels.py JSON>}]}; for each write-path row both trees'
+times by round, the after tree's share of the copy bandwidth (mean) and after / before (means).
 """
 from __future__ import annotations
 
@@ -63,6 +67,24 @@ def throughput_table(runs: list[dict]) -> list[str]:
     return lines
 
 
+def write_table(runs: list[dict], before: str, after: str) -> list[str]:
+    """One line per bench_kernels.py write-path row (what, shape) found in both trees' runs."""
+    found = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for row in run["payload"]["write"]:
+            found[row["what"], str(row["shape"])][run["tree"]].append(row)
+    lines = [f"| write path | x shape | {before} ms | {after} ms | {after} of copy | {after} / {before} |",
+             "|" + "---|" * 6]
+    for (what, shape), by_tree in found.items():
+        if before not in by_tree or after not in by_tree:
+            continue
+        b, a = (statistics.mean(r["ms"] for r in by_tree[t]) for t in (before, after))
+        cells = (" / ".join(f"{r['ms']:.4f}" for r in by_tree[t]) for t in (before, after))
+        of_copy = statistics.mean(r["of_copy"] for r in by_tree[after])
+        lines.append(f"| {what} | {shape} | {next(cells)} | {next(cells)} | {of_copy:.0%} | {a / b:.2f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -70,10 +92,16 @@ def main() -> None:
     parser.add_argument("--before", help="bench_formats runs: the tree label of the baseline")
     parser.add_argument("--after", help="bench_formats runs: the tree label compared with it")
     parser.add_argument("--throughput", action="store_true", help="the file holds bench_throughput.py runs")
+    parser.add_argument("--write", action="store_true", help="the file holds bench_kernels.py runs (write path)")
     args = parser.parse_args()
     data = json.loads(args.runs.read_text())
     if args.throughput:
         print("\n".join(throughput_table(data["runs"])))
+        return
+    if args.write:
+        if not args.before or not args.after:
+            parser.error("--write needs --before and --after.")
+        print("\n".join(write_table(data["runs"], args.before, args.after)))
         return
     if args.call is None or not args.before or not args.after:
         parser.error("bench_formats runs need --call, --before and --after.")
