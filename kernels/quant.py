@@ -29,7 +29,6 @@ ASYMMETRIC, SYMMETRIC, LLOYD_MAX = 0, 1, 2
 MAX_CHANNEL_GROUP = 128
 MAX_TOP_BY_DESCENT = 16  # the default clip descends (TOP-1 passes) up to this TOP, then selects by radix
 CLIP_METHODS = ("extract", "radix", "descend", "distinct")  # how `_clip_rows` finds tau (CLIP_METHOD: the index)
-ROT_BLOCK = 32  # input coordinates per slice of the fused rotation's tl.dot (`_rotate`)
 
 _FLOOR = tl.constexpr(RANGE_FLOOR)
 _LM_THRESHOLD = tl.constexpr(LLOYD_MAX_THRESHOLD)
@@ -270,28 +269,25 @@ def _pack(codes, BLOCK_T: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _write_tile(
-    pid_t, pid_a, x_ptr, r, codes_ptr, scale_ptr, zero_ptr, offsets_ptr,
+def _quantize_pack_kernel(
+    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr, offsets_ptr,
     n_tokens, lm_factor, heads,
     stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
     ROW_OFFSETS: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
     CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
     ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, ROTATED_KIND: tl.constexpr,
-    SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr, STAGED_R: tl.constexpr,
+    SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
-    """Rotate, clip, quantize, pack and store tile pid_t (BLOCK_T rows) of sequence-head pid_a; r is R's pointer,
-    or with STAGED_R R itself [D, D] (loaded once by a persistent program)."""
+    pid_t = tl.program_id(0)
+    pid_a = tl.program_id(1).to(tl.int64)
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)                               # [BLOCK_T]
     row_ok = rows < n_tokens
     cols = tl.arange(0, D)
     x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt               # [BLOCK_T, 1]
-    if STAGED_R:
-        x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0)     # [BLOCK_T, D]
-        x = _rounded(tl.dot(x.to(r.dtype), r), ROTATED_KIND, FAST_DIV)          # x @ R in x's dtype
-    elif ROTATE:
-        x = _rotate(x_rows, r, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
-        x = _rounded(x, ROTATED_KIND, FAST_DIV)                                  # x @ R in x's dtype
+    if ROTATE:
+        x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
+        x = _rounded(x, ROTATED_KIND, FAST_DIV)                                          # x @ R in x's dtype
     else:
         x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
@@ -327,39 +323,6 @@ def _write_tile(
         meta = pid_a * stride_sa + out_rows[:, None] * stride_st + groups[None, :]   # [BLOCK_T, NG]
         tl.store(scale_ptr + meta, tl.reshape(scale, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
         tl.store(zero_ptr + meta, tl.reshape(zero, (BLOCK_T, D // GROUP)), mask=row_ok[:, None])
-
-
-@triton.jit
-def _quantize_pack_kernel(
-    x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr, offsets_ptr,
-    n_tokens, n_tiles_t, n_tiles, lm_factor, heads,
-    stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
-    ROW_OFFSETS: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
-    CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
-    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
-    ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, ROTATED_KIND: tl.constexpr,
-    SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr, PERSISTENT: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    """One program per tile (grid (n_tiles_t, A)), or PERSISTENT programs (a rotated write) striding over all
-    n_tiles = n_tiles_t x A tiles with R [D, D] loaded once per program and STAGES-deep pipelined row loads."""
-    if PERSISTENT:
-        cols = tl.arange(0, D)
-        r_all = tl.load(r_ptr + cols[:, None] * D + cols[None, :])                # [D, D]
-        if ROT_FP32:
-            r_all = r_all.to(tl.float32)
-        for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
-            _write_tile(tile % n_tiles_t, (tile // n_tiles_t).to(tl.int64), x_ptr, r_all, codes_ptr, scale_ptr,
-                        zero_ptr, offsets_ptr, n_tokens, lm_factor, heads,
-                        stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
-                        ROW_OFFSETS, D, BITS, MAX_CODE, GROUP, CHANNEL, VARIANT, CLIP, CLIP_INDEX, CLIP_METHOD,
-                        SPARE_BITS, ROTATE, ROT_FP32, ROT_BLOCK, ROTATED_KIND, SCALE_KIND, BLOCK_T, FAST_DIV, True)
-    else:
-        _write_tile(tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, r_ptr, codes_ptr, scale_ptr, zero_ptr,
-                    offsets_ptr, n_tokens, lm_factor, heads,
-                    stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
-                    ROW_OFFSETS, D, BITS, MAX_CODE, GROUP, CHANNEL, VARIANT, CLIP, CLIP_INDEX, CLIP_METHOD,
-                    SPARE_BITS, ROTATE, ROT_FP32, ROT_BLOCK, ROTATED_KIND, SCALE_KIND, BLOCK_T, FAST_DIV, False)
 
 
 def _is_pow2(n: int) -> bool:
@@ -455,9 +418,13 @@ def default_write_tile(head_dim: int, spec: QuantSpec, rotate: bool, tokens: int
     return max(8, 1024 // head_dim), 1
 
 
-def default_write_programs(spec: QuantSpec, rotate: bool, tokens: int) -> int:
-    """Programs per SM of a persistent launch (0: one program per tile, the default until measured otherwise)."""
-    return 0
+def default_rot_block(head_dim: int, block_t: int) -> int:
+    """Input coordinates per slice of the fused rotation's tl.dot (`_rotate`). H200, [16, 8, 4096, 128] bf16, 64-row
+    tiles (bench_kernels.py --write-tiles 64x4r64,64x4r128; results/bench/bench_kernels_write_epilogue.md): slices of
+    32 / 64 / 128 took the rotated write 0.1014 / 0.0789 / 0.0833 ms and clip + rotation 0.1464 / 0.1279 / 0.1239
+    ms (fewer dependent load-and-MMA rounds per tile; 128 doubles the shared memory of 64 for the same sum). Smaller
+    tiles (a decode step's rows) keep 32: one warp would hold a 64-wide slice of R in 128 registers per thread."""
+    return min(64, head_dim) if block_t >= 64 else 32
 
 
 def clip_index(head_dim: int, spec: QuantSpec) -> int:
@@ -486,24 +453,21 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
     clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype, rotate)
     if clip_method not in CLIP_METHODS:
         raise ValueError(f"clip_method must be one of {CLIP_METHODS}, got {clip_method!r}.")
-    rot_block = rot_block or ROT_BLOCK
-    if not _is_pow2(rot_block) or not 16 <= rot_block <= head_dim:
+    if rot_block is not None and (not _is_pow2(rot_block) or not 16 <= rot_block <= head_dim):
         raise ValueError(f"rot_block must be a power of two from 16 to head_dim {head_dim}, got {rot_block}.")
+    block_t = spec.group if spec.axis == "channel" else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0]
     return dict(D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
                 CHANNEL=spec.axis == "channel", VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None,
                 CLIP_INDEX=clip_index(head_dim, spec), CLIP_METHOD=CLIP_METHODS.index(clip_method),
                 SPARE_BITS=SPARE_LOW_BITS[x_dtype],
-                ROTATE=rotate, ROT_FP32=interpret or rotation_fp32, ROT_BLOCK=rot_block, ROTATED_KIND=SCALE_KINDS[x_dtype],
-                SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype],
-                BLOCK_T=(spec.group if spec.axis == "channel"
-                         else block_t or default_write_tile(head_dim, spec, rotate, tokens)[0]),
-                FAST_DIV=not interpret)
+                ROTATE=rotate, ROT_FP32=interpret or rotation_fp32,
+                ROT_BLOCK=rot_block or default_rot_block(head_dim, block_t), ROTATED_KIND=SCALE_KINDS[x_dtype],
+                SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t, FAST_DIV=not interpret)
 
 
 def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | None = None, out=None,
                   block_t: int | None = None, num_warps: int | None = None, clip_method: str | None = None,
-                  row_offsets: torch.Tensor | None = None, rot_block: int | None = None,
-                  programs_per_sm: int | None = None, stages: int = 3):
+                  row_offsets: torch.Tensor | None = None, rot_block: int | None = None):
     """Quantize x [..., T, D] (optionally `x @ rotation` first) -> (codes, scale, zero) per `spec`.
 
     codes: uint8 [..., T, D*bits/8]; scale, zero: token axis [..., T, D/G], channel axis [..., T/G, D].
@@ -513,9 +477,8 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
     at whatever offsets the tensor then holds: harness/demotion_graph.py). Channel axis: offsets must be multiples of
     the group; nothing checks that the rows fit.
     block_t (token axis, a power of two) and num_warps override `default_write_tile`, clip_method (one of
-    CLIP_METHODS) `default_clip_method`, rot_block ROT_BLOCK (the rotation's slice width), programs_per_sm
-    `default_write_programs` (> 0: a rotated token-axis write's persistent programs per SM, with `stages`-deep
-    pipelined row loads; 0: one program per tile): benchmark knobs that never change the result.
+    CLIP_METHODS) `default_clip_method`, rot_block `default_rot_block` (the rotation's slice width): benchmark
+    knobs that never change the result.
     """
     _check_inputs(x, spec, rotation)
     codes, scale, zero = _allocate_or_check(x, spec, out, any_rows=row_offsets is not None)
@@ -537,18 +500,11 @@ def quantize_pack(x: torch.Tensor, spec: QuantSpec, rotation: torch.Tensor | Non
                                  rotation_fp32=rot.dtype == torch.float32, interpret=interpret, block_t=block_t,
                                  clip_method=clip_method, tokens=tokens, rot_block=rot_block)
     lm_factor = (2 * LLOYD_MAX_OUTER_CENTROID / 3) * spec.lm_ratio
-    n_tiles_t = triton.cdiv(tokens, constants["BLOCK_T"])
-    n_tiles = n_tiles_t * x3.shape[0]
-    if programs_per_sm is None:
-        programs_per_sm = default_write_programs(spec, rotation is not None, tokens)
-    persistent = programs_per_sm > 0 and rotation is not None and spec.axis == "token"
-    sms = 2 if interpret else torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid = (min(n_tiles, programs_per_sm * sms),) if persistent else (n_tiles_t, x3.shape[0])
+    grid = (triton.cdiv(tokens, constants["BLOCK_T"]), x3.shape[0])
     heads = x.shape[1] if row_offsets is not None else 1                       # programs per sequence's offset
     _quantize_pack_kernel[grid](
-        x3, rot, c3, s3, z3, row_offsets if row_offsets is not None else x3, tokens, n_tiles_t, n_tiles, lm_factor,
-        heads, x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
-        ROW_OFFSETS=row_offsets is not None, **constants, PERSISTENT=persistent, STAGES=stages if persistent else 1,
-        num_warps=num_warps, enable_fp_fusion=False,
+        x3, rot, c3, s3, z3, row_offsets if row_offsets is not None else x3, tokens, lm_factor, heads,
+        x3.stride(0), x3.stride(1), c3.stride(0), c3.stride(1), s3.stride(0), s3.stride(1),
+        ROW_OFFSETS=row_offsets is not None, **constants, num_warps=num_warps, enable_fp_fusion=False,
     )
     return codes, scale, zero

@@ -341,19 +341,17 @@ def markdown(device: str, copy_tbs: float, decode_rows: list[dict], write_rows: 
     return "\n".join(lines)
 
 
-WRITE_TILE = re.compile(r"(\d+)x(\d+)(?:r(\d+))?(?:p(\d+))?(?:s(\d+))?")
+WRITE_TILE = re.compile(r"(\d+)x(\d+)(?:r(\d+))?")
 
 
 def write_tile(text: str) -> tuple[int, int, dict]:
-    """'64x4' -> (64, 4, {}); '64x4r128p2s3' -> (64, 4, {rot_block: 128, programs_per_sm: 2, stages: 3}): block_t,
-    num_warps and `quantize_pack`'s rotated-write knobs (the rotation's slice width; persistent programs per SM and
-    their pipeline stages)."""
+    """'64x4' -> (64, 4, {}); '64x4r128' -> (64, 4, {"rot_block": 128}): block_t, num_warps and the rotated-write
+    knob of `quantize_pack` (the rotation's slice width)."""
     match = WRITE_TILE.fullmatch(text)
     if match is None:
-        raise SystemExit(f"--write-tiles: {text!r} is not BLOCKxWARPS[rR][pP][sS], e.g. 64x4 or 64x4r128p2s3.")
-    block_t, warps, *knobs = match.groups()
-    names = ("rot_block", "programs_per_sm", "stages")
-    return int(block_t), int(warps), {k: int(v) for k, v in zip(names, knobs) if v is not None}
+        raise SystemExit(f"--write-tiles: {text!r} is not BLOCKxWARPS[rROT_BLOCK], e.g. 64x4 or 64x4r128.")
+    block_t, warps, rot_block = match.groups()
+    return int(block_t), int(warps), {} if rot_block is None else {"rot_block": int(rot_block)}
 
 
 def main() -> None:

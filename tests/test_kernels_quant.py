@@ -12,7 +12,8 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from kernels.dispatch import interpreter_forced  # noqa: E402
-from kernels.quant import CLIP_METHODS, default_clip_method, default_write_tile, quantize_pack  # noqa: E402
+from kernels.quant import (CLIP_METHODS, default_clip_method, default_rot_block, default_write_tile,  # noqa: E402
+                           quantize_pack)
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
 
@@ -270,20 +271,24 @@ def test_rotated_rows_rounded_to_the_input_dtype_before_the_clip(dtype):
     assert all(torch.equal(a.cpu(), b) for a, b in zip(got, unrounded)) == (dtype == torch.float32)
 
 
-@pytest.mark.parametrize("rot_block, programs_per_sm", [(16, 0), (64, 0), (128, 0), (32, 1)])
-def test_rotated_write_knobs_never_change_the_codes(rot_block, programs_per_sm):
-    """rot_block (the fused rotation's slice width) sums x @ R in other slices, programs_per_sm > 0 strides
-    persistent programs over the tiles with R loaded once (two programs under the interpreter: each takes several
-    tiles, a tail tile among them): exact sums here, so the codes are the reference's."""
+@pytest.mark.parametrize("rot_block", [16, 32, 128])
+def test_rotation_slice_width_never_changes_the_codes(rot_block):
+    """rot_block (the fused rotation's slice width, a benchmark knob; 64 by default at this tile) sums x @ R in other
+    slices: exact sums here, so the codes are the reference's."""
     gen = torch.Generator().manual_seed(rot_block)
     x = torch.randint(-100, 101, (2, 70, 128), generator=gen).to(torch.bfloat16)
     rotation = torch.ones(1, 1)
     while rotation.shape[0] < 128:
         rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
-    got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, torch.bfloat16), rot_block=rot_block,
-                        programs_per_sm=programs_per_sm)
+    got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, torch.bfloat16), rot_block=rot_block)
     _assert_identical(got, quantize_pack_reference(x, spec, rotation))
+
+
+def test_rotation_slice_width_by_tile():
+    """64-row tiles (bulk writes) take 64-wide slices (at most head_dim); a decode step's small tile keeps 32."""
+    assert default_rot_block(128, 64) == 64 and default_rot_block(256, 64) == 64 and default_rot_block(64, 64) == 64
+    assert default_rot_block(128, 16) == 32
 
 
 def test_bad_rotation_slice_width_is_one_sentence():

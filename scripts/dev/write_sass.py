@@ -44,7 +44,7 @@ LOCAL_MEMORY = ("LDL", "STL")
 def runtime_arguments() -> dict:
     """Scalar arguments of the bench's launch ([16, 8, 4096, 128] bf16 x, contiguous codes / scale / zero)."""
     nb, groups = HEAD_DIM * SPEC.container_bits // 8, HEAD_DIM // SPEC.group
-    return dict(n_tokens=TOKENS, n_tiles_t=64, n_tiles=BATCH * KV_HEADS * 64, lm_factor=1.0, heads=KV_HEADS, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
+    return dict(n_tokens=TOKENS, lm_factor=1.0, heads=KV_HEADS, stride_xa=TOKENS * HEAD_DIM, stride_xt=HEAD_DIM,
                 stride_ca=TOKENS * nb, stride_ct=nb, stride_sa=TOKENS * groups, stride_st=groups)
 
 
@@ -54,7 +54,7 @@ def compile_write(rotate: bool, block_t: int, num_warps: int, clip_method: str):
     constexprs = launch_constants(HEAD_DIM, spec, torch.bfloat16, rotate=rotate, rotation_fp32=False, interpret=False,
                                   block_t=block_t,
                                   clip_method=None if clip_method == NO_CLIP else clip_method)
-    constexprs.update(ROW_OFFSETS=False, PERSISTENT=False, STAGES=1)
+    constexprs["ROW_OFFSETS"] = False
     options = dict(num_warps=num_warps, enable_fp_fusion=False)
     return compile_for_h100(_quantize_pack_kernel, constexprs, runtime_arguments(), POINTER_TYPES, options)
 
