@@ -75,6 +75,8 @@ class ThreeRegionLayer(DynamicLayer):
         self.use_kernels = use_kernels        # the identity too: its decode kernel reads the fp rows alone
         self.step_memo = {} if step_memo is None else step_memo   # shared by the layers, per device (decode_lengths)
         self.n_tokens = 0
+        self.prompt_tokens = 0    # a chunked prefill's padded prompt length (`set_padding`): calls within it are
+                                  # prefill chunks however short, the first call after it a decode step
         self.pad: list[int] | None = None      # left padding of each sequence, once the seam saw a mask
         self._pending = False                  # a prefill chunk's demotion waits for the padding
         self.history_k = self.history_v = None
@@ -112,7 +114,7 @@ class ThreeRegionLayer(DynamicLayer):
             return self.static.write(self, self.transform_keys(key_states), value_states)
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
-        decode = new <= KERNEL_MAX_QUERY_TOKENS
+        decode = new <= KERNEL_MAX_QUERY_TOKENS and self.n_tokens >= self.prompt_tokens
         if self.n_tokens:       # a pending chunk followed by another is a non-final one
             self.settle(keep_recent=decode or self.quantizer.chunk_keeps_recent)
         if decode:
@@ -169,7 +171,7 @@ class ThreeRegionLayer(DynamicLayer):
         self.step_memo.clear()
 
     def reset(self) -> None:
-        self.n_tokens = 0
+        self.n_tokens = self.prompt_tokens = 0
         self.pad, self._pending = None, False
         self.step_memo.clear()
         self.history_k = self.history_v = None
@@ -359,12 +361,14 @@ def _int32(values: list[int], device) -> torch.Tensor:
 
 
 def set_padding(cache, attention_mask: torch.Tensor) -> None:
-    """Tell each three-region layer its sequences' left padding from the prompt's [B, T] mask before a chunked
-    prefill: a first chunk may hold nothing but padding for a short prompt, so its own mask cannot say."""
+    """Tell each three-region layer its sequences' left padding and the prompt's length from its [B, T] mask before
+    a chunked prefill: a first chunk may hold nothing but padding for a short prompt, so its own mask cannot say,
+    and a last chunk of at most KERNEL_MAX_QUERY_TOKENS tokens is still a prefill chunk, not a decode step (so the
+    chunk before it is a non-final one, as `chunk_keeps_recent` places it)."""
     pad = attention_mask.int().argmax(dim=-1).tolist()                            # first real token of each row
     for layer in getattr(cache, "layers", []):
         if isinstance(layer, ThreeRegionLayer):
-            layer.pad = list(pad)
+            layer.pad, layer.prompt_tokens = list(pad), attention_mask.shape[1]
 
 
 def reserve_history(cache, tokens: int) -> None:

@@ -5,7 +5,7 @@ default, quantized with false, as the release's server (METHOD_OSCAR §7.2: a no
 import pytest
 import torch
 
-from harness.cache import ThreeRegionLayer
+from harness.cache import KERNEL_MAX_QUERY_TOKENS, ThreeRegionLayer, set_padding
 from harness.quantizer import build_quantizer
 
 SINK, RECENT, HEADS, DIM = 4, 32, 2, 128    # head_dim 128: the groups a quantizer resolves before a model
@@ -65,3 +65,28 @@ def test_one_forward_prefill_is_the_same_either_way():
         layer.settle()
     assert layers[True].regions() == layers[False].regions() == ([SINK], [120 - SINK - RECENT], [RECENT])
     assert all(torch.equal(a, b) for a, b in zip(layers[True].materialize(), layers[False].materialize()))
+
+
+class _Cache:
+    def __init__(self, layer):
+        self.layers = [layer]
+
+
+@pytest.mark.parametrize("keeps_recent", [True, False])
+def test_a_short_last_chunk_of_a_known_prompt_is_a_prefill_chunk(keeps_recent):
+    """A chunked prefill whose last chunk has at most KERNEL_MAX_QUERY_TOKENS tokens (prompts of 8192 k + 1..16
+    tokens): once `set_padding` told the layer the prompt's length, that chunk reads the one before it as a later
+    chunk does (with the release's placement everything past the sink quantized), and the first call after the
+    prompt is a decode step again. Without the prompt's length the short chunk was taken as a decode step, which
+    keeps the window of the chunk before it in full precision whatever the option says."""
+    short = KERNEL_MAX_QUERY_TOKENS - 4
+    first, last = _chunk(100, 0), _chunk(short, 1)
+    layer = _layer(keeps_recent)
+    set_padding(_Cache(layer), torch.ones(1, 100 + short, dtype=torch.bool))
+    seen = _prefill(layer, [first, last])[1]                                   # [1, H, 100 + short, D]
+    tail = 100 + short - RECENT
+    assert torch.equal(seen[..., :SINK, :], first[..., :SINK, :])
+    assert torch.equal(seen[..., tail:100, :], first[..., tail:100, :]) == keeps_recent
+    assert torch.equal(seen[..., 100:, :], last)
+    layer.update(_chunk(1, 2), _chunk(1, 2))                                  # a decode step: settles the prompt
+    assert layer.regions()[0] == [SINK] and sum(layer.regions()[2]) <= RECENT + 1
