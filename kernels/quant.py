@@ -1,9 +1,9 @@
 """Triton write path: rotate, clip, quantize and pack KV rows in one launch.
 
 `quantize_pack(x, spec, rotation)` returns the same (codes, scale, zero) as
-`kernels.reference.quantize_pack_reference` (i.e. `kernels.format.quantize(x @ R, spec)`, x @ R rounded to x's dtype
-as the harness stores rotated rows), bit for bit: every division is IEEE (`div_rn`, or on the GPU a reciprocal and one exact Markstein correction), FMA
-contraction is off, metadata is rounded to its storage
+`kernels.reference.quantize_pack_reference` (i.e. `kernels.format.quantize(x @ R, spec)`, x @ R rounded to x's
+dtype as the harness stores rotated rows), bit for bit: every division is IEEE (`div_rn`, or on the GPU a
+reciprocal and one exact Markstein correction), FMA contraction is off, metadata is rounded to its storage
 dtype before the codes are computed, and the clip threshold is the exact order statistic.
 Two caveats: the fused rotation is a tiled `tl.dot` (on the GPU with R's 16-bit dtype, or tf32 for
 an fp32 R), so `x @ R` itself may differ from torch's in the last bits; and the Lloyd-Max mean and
@@ -51,7 +51,7 @@ def _round_bf16(x):
 @triton.jit
 def _rounded(x, KIND: tl.constexpr, FAST: tl.constexpr):
     """fp32 -> the nearest value of SCALE_KINDS' dtype KIND, as fp32 (what torch's cast to that dtype gives;
-    FAST: the GPU's conversion, two values per instruction, where the interpreter's bf16 cast truncates)."""
+    FAST: the GPU's conversion instruction, where the interpreter's bf16 cast truncates)."""
     if KIND == 1:
         return x.to(tl.float16).to(tl.float32)
     elif KIND == 2 and FAST:
@@ -287,7 +287,7 @@ def _quantize_pack_kernel(
     x_rows = x_ptr + pid_a * stride_xa + rows[:, None] * stride_xt               # [BLOCK_T, 1]
     if ROTATE:
         x = _rotate(x_rows, r_ptr, row_ok, cols, D, ROT_BLOCK, BLOCK_T, ROT_FP32)
-        x = _rounded(x, ROTATED_KIND, FAST_DIV)                                          # x @ R in x's dtype
+        x = _rounded(x, ROTATED_KIND, FAST_DIV)                                  # x @ R in x's dtype
     else:
         x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
@@ -434,12 +434,12 @@ def clip_index(head_dim: int, spec: QuantSpec) -> int:
     return min(max(int(spec.clip_ratio * head_dim), 0), head_dim - 1)
 
 
-def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotate: bool) -> str:
+def default_clip_method(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype) -> str:
     """How `_clip_rows` finds tau by default: while few values lie above it (the OSCAR ratios keep 5-11), the
     distinct descent with column keys where the values have spare low bits (16-bit x; a rotation's rows are
-    rounded to x's dtype), else the counting descent; the radix select beyond MAX_TOP_BY_DESCENT. Offline SASS, INT2 g128 clip 0.96 at the
-    default tiles (scripts/dev/write_sass.py): 224 instructions per row against 358 by extraction without a
-    rotation, 202 against 256 with one."""
+    rounded to x's dtype first), else the counting descent; the radix select beyond MAX_TOP_BY_DESCENT. Offline
+    SASS, INT2 g128 clip 0.96 at the default tiles (scripts/dev/write_sass.py on e9e1a07): 212 instructions per row
+    against 263 by the counting descent without a rotation, 130 against 161 with a bf16 one."""
     if head_dim - clip_index(head_dim, spec) > MAX_TOP_BY_DESCENT:
         return "radix"
     return "distinct" if SPARE_LOW_BITS[x_dtype] else "descend"
@@ -450,7 +450,7 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
                      tokens: int | None = None, rot_block: int | None = None) -> dict:
     """The constexpr arguments of `_quantize_pack_kernel` for one launch (block_t None: `default_write_tile` for
     `tokens` rows per (sequence, head); a channel-axis program is always one token group)."""
-    clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype, rotate)
+    clip_method = clip_method or default_clip_method(head_dim, spec, x_dtype)
     if clip_method not in CLIP_METHODS:
         raise ValueError(f"clip_method must be one of {CLIP_METHODS}, got {clip_method!r}.")
     if rot_block is not None and (not _is_pow2(rot_block) or not 16 <= rot_block <= head_dim):

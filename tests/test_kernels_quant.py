@@ -231,12 +231,11 @@ def test_every_clip_method_bit_identical_after_an_exact_rotation(method):
     _assert_identical(got, quantize_pack_reference(x, spec, hadamard))
 
 
-def test_default_clip_method_by_top_input_dtype_and_rotation():
+def test_default_clip_method_by_top_and_input_dtype():
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
-    assert default_clip_method(128, spec, torch.bfloat16, rotate=False) == "distinct"
-    assert default_clip_method(128, spec, torch.bfloat16, rotate=True) == "distinct"   # rotated rows rounded to bf16
-    assert default_clip_method(128, spec, torch.float32, rotate=False) == "descend"
-    assert default_clip_method(128, QuantSpec(bits=3, group=64, clip_ratio=0.5), torch.bfloat16, False) == "radix"
+    assert default_clip_method(128, spec, torch.bfloat16) == "distinct"   # rotated rows too: rounded to bf16
+    assert default_clip_method(128, spec, torch.float32) == "descend"
+    assert default_clip_method(128, QuantSpec(bits=3, group=64, clip_ratio=0.5), torch.bfloat16) == "radix"
 
 
 def test_unknown_clip_method_raises():
