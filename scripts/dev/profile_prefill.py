@@ -1,12 +1,12 @@
 """Time (and optionally profile) one prefill of random tokens through BF16 and through quantized caches (GPU).
 
 Random weights of a model's shapes (scripts/bench_throughput.py's models), one prompt of --tokens tokens, batch 1:
-"bf16" runs transformers' own DynamicCache and SDPA (no seam), any other name the seam's three-region cache with
-that quantizer (OSCAR with random orthogonal stand-in rotations, as bench_throughput.py builds it; 'oscar:model'
+"dynamic" runs transformers' own DynamicCache and SDPA (no seam), a quantizer name the seam's cache with that
+quantizer (bf16: the seam's full-precision cache) (OSCAR with random orthogonal stand-in rotations, as bench_throughput.py builds it; 'oscar:model'
 rotates in the model's dtype). Each prefill is timed after a warm-up one; --profile adds, per quantizer, the CUDA
 kernels of one more prefill by total time:
 
-    python scripts/dev/profile_prefill.py --tokens 32768 --quantizers bf16,oscar,oscar:model --profile
+    python scripts/dev/profile_prefill.py --tokens 32768 --quantizers dynamic,bf16,oscar,oscar:model --profile
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ from harness.seam import install  # noqa: E402
 from harness.static_cache import prefill  # noqa: E402
 
 
+DYNAMIC = "dynamic"   # transformers' DynamicCache without the seam
+
+
 def prompt(vocab: int, tokens: int) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(0)
     ids = torch.randint(0, vocab, (1, tokens), generator=gen, device="cuda")    # [1, T]
@@ -36,7 +39,7 @@ def run_prefill(model, name: str, enc: dict) -> float:
     from transformers import DynamicCache
     torch.cuda.synchronize()
     start = time.perf_counter()
-    if name == "bf16":
+    if name == DYNAMIC:
         prefill(model, enc, DynamicCache(config=model.config))
     else:
         with install(model, make_quantizer(name, model.config)) as seam:
@@ -60,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3_4b")
     parser.add_argument("--tokens", type=int, default=32768)
-    parser.add_argument("--quantizers", default="bf16,oscar")
+    parser.add_argument("--quantizers", default=f"{DYNAMIC},bf16,oscar")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="also list each quantizer's top CUDA kernels")
     parser.add_argument("--top", type=int, default=15)
