@@ -9,12 +9,8 @@ cast, in one kernel. On an H200 cuBLAS ran one of a decode step's three fp32 rot
 attention output) as an FFMA GEMM of ~52 us, and the rotations with their casts took OSCAR's batch-1 step at 100k to
 7.3 ms against 4.6 ms with bf16 rotations; through this kernel 4.7 ms (results/bench/bench_throughput_rotate_rows.md).
 
-bf16 rows (the models' dtype) take the tensor cores: R split into three bf16 parts (R1 + R2 + R3 carry its 24
-significant bits), x @ R3 + x @ R2 + x @ R1 with exact products and fp32 sums, launched with one tile shape whatever
-the rows (64 x head_dim, 4 warps), so a row's result does not depend on the rows launched with it. Other rows
-accumulate fp32 FMAs (`input_precision="ieee"`, no TF32), each output over the head_dim in the same order whatever
-the number of rows or the tile. Both agree with float64 to fp32 rounding; a prefill's rotations were FMA-bound on
-the FMA path (102 ms of a 32k-token prefill's 1,243 ms of kernels, results/bench/prefill_profile_h200.md).
+The products accumulate in fp32 FMAs (`input_precision="ieee"`, no TF32), each output over the head_dim in the same
+order whatever the number of rows or the tile, so a row's result does not depend on the rows launched with it.
 """
 from __future__ import annotations
 
@@ -27,32 +23,11 @@ import triton.language as tl
 from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.step_rows import _cast
 
-TRITON_MAX_NUMEL = 1 << 20   # elements of one Triton tensor (triton's TRITON_MAX_TENSOR_NUMEL)
-
-
-@triton.jit
-def _split_product(x, r, acc, INTERPRET: tl.constexpr):
-    """acc + x @ r for bf16 x [M, K] and fp32 r [K, N]: r as three bf16 parts, three tensor-core products (each
-    product of two bf16 values exact in fp32), the smallest part first."""
-    r1 = _cast(r, tl.bfloat16, INTERPRET)
-    rest = r - r1.to(tl.float32)                                                  # exact
-    r2 = _cast(rest, tl.bfloat16, INTERPRET)
-    r3 = _cast(rest - r2.to(tl.float32), tl.bfloat16, INTERPRET)
-    if INTERPRET:   # its bf16 dot misreads the operands and its fp32 one sums in a shape-dependent order: the same
-        x = x.to(tl.float32)                                     # exact products, summed per row
-        for part in tl.static_range(3):
-            r_part = r3 if part == 0 else r2 if part == 1 else r1
-            acc += tl.sum(x[:, :, None] * r_part.to(tl.float32)[None, :, :], axis=1)
-        return acc
-    acc = tl.dot(x, r3, acc)
-    acc = tl.dot(x, r2, acc)
-    return tl.dot(x, r1, acc)
-
 
 @triton.jit
 def _rotate_rows_kernel(x_ptr, r_ptr, off_ptr, y_ptr, n_rows, heads, tokens, s_xb, s_xh, s_xt, s_xd,
                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        HAS_OFFSET: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+                        HAS_OFFSET: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (row block, column block): BLOCK_M flat rows (b, h, t) x BLOCK_N output coordinates."""
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)      # [BLOCK_M]
     row_ok = rows < n_rows
@@ -63,12 +38,9 @@ def _rotate_rows_kernel(x_ptr, r_ptr, off_ptr, y_ptr, n_rows, heads, tokens, s_x
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in tl.static_range(0, D, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_rows[:, None] + ks[None, :] * s_xd, mask=row_ok[:, None], other=0.0)   # [BLOCK_M, BLOCK_K]
+        x = tl.load(x_rows[:, None] + ks[None, :] * s_xd, mask=row_ok[:, None], other=0.0).to(tl.float32)
         r = tl.load(r_ptr + ks[:, None] * D + cols[None, :])                     # [BLOCK_K, BLOCK_N] fp32
-        if SPLIT:
-            acc = _split_product(x, r, acc, INTERPRET)
-        else:
-            acc = tl.dot(x.to(tl.float32), r, acc, input_precision="ieee")
+        acc = tl.dot(x, r, acc, input_precision="ieee")
     if HAS_OFFSET:
         acc -= tl.load(off_ptr + h[:, None] * D + cols[None, :])
     out = y_ptr + rows[:, None] * D + cols[None, :]
@@ -108,8 +80,7 @@ def _check(x, rotation, offset) -> None:
 
 def rotate_rows(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | None = None,
                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """(x.float() @ rotation - offset[h]) in out_dtype (to fp32 rounding; module docstring), one launch;
-    x [B, H, T, D] -> contiguous [B, H, T, D]."""
+    """(x.float() @ rotation - offset[h]) in out_dtype, one launch; x [B, H, T, D] -> contiguous [B, H, T, D]."""
     _check(x, rotation, offset)
     batch, heads, tokens, head_dim = x.shape
     y = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
@@ -117,17 +88,13 @@ def rotate_rows(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | 
     if n_rows == 0:
         return y
     interpret = interpreter_forced()
-    split = x.dtype == torch.bfloat16
-    # the interpreter runs a program's tile as one numpy product: few, large programs there; on the GPU the split
-    # product keeps one tile shape (the same MMA instructions for every row), the FMA path a small one for few rows
-    widest = 1024 if not split else max(16, TRITON_MAX_NUMEL // head_dim ** 2)   # interpreted split: [M, K, N] sums
-    block_m = (min(max(16, triton.next_power_of_2(n_rows)), widest) if interpret else
-               64 if split or n_rows > 256 else 16)
-    block_n = head_dim if interpret or split else min(64, head_dim)
+    # the interpreter runs a program's tile as one numpy product: few, large programs there
+    block_m = min(max(16, triton.next_power_of_2(n_rows)), 1024) if interpret else (16 if n_rows <= 256 else 64)
+    block_n = head_dim if interpret else min(64, head_dim)
     block_k = head_dim if interpret else 32
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():      # Triton launches on the current GPU
         _rotate_rows_kernel[(triton.cdiv(n_rows, block_m), head_dim // block_n)](
             x, rotation, rotation if offset is None else offset, y, n_rows, heads, tokens, *x.stride(),
             D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, HAS_OFFSET=offset is not None,
-            SPLIT=split, INTERPRET=interpret, num_warps=4)
+            INTERPRET=interpret, num_warps=4)
     return y
