@@ -388,3 +388,14 @@ def test_bench_gemv_shapes_come_from_the_model_configs():
         "qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728),
         "lm_head": (151936, 2560)}
     assert bench_gemv.step_shapes(bench_gemv.model_config("qwen3_8b"))["gate_up"] == (24576, 4096)
+
+
+def test_profile_prefill_times_each_cache_on_a_tiny_model():
+    """scripts/dev/profile_prefill.py on CPU: one row per cache (transformers' own, the seam's BF16, OSCAR)."""
+    proc = subprocess.run([sys.executable, "scripts/dev/profile_prefill.py", "--model", "tiny", "--tokens", "300",
+                           "--quantizers", "dynamic,bf16,oscar", "--repeats", "1"],
+                          cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert rows[1:] == ["dynamic", "bf16", "oscar"]
