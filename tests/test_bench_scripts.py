@@ -359,7 +359,9 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
     jobs.append((bench / "bench_formats_d64_cap.md", ["bench_formats_d64_cap_runs.json", "--call", "1", "--before",
                                                       "before", "--after", "head"]))
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
-             (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"])]
+             (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
+             (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",
+                                                          "base", "--after", "new"])]
     for markdown, args in jobs:
         proc = subprocess.run([sys.executable, "scripts/dev/compare_runs.py", str(bench / args[0]), *args[1:]],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
