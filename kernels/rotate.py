@@ -23,6 +23,8 @@ import triton.language as tl
 from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.step_rows import _cast
 
+TRITON_MAX_NUMEL = 1 << 20   # elements of one Triton tensor (triton's TRITON_MAX_TENSOR_NUMEL)
+
 
 @triton.jit
 def _rotate_rows_kernel(x_ptr, r_ptr, off_ptr, y_ptr, n_rows, heads, tokens, s_xb, s_xh, s_xt, s_xd,
@@ -40,7 +42,10 @@ def _rotate_rows_kernel(x_ptr, r_ptr, off_ptr, y_ptr, n_rows, heads, tokens, s_x
         ks = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_rows[:, None] + ks[None, :] * s_xd, mask=row_ok[:, None], other=0.0).to(tl.float32)
         r = tl.load(r_ptr + ks[:, None] * D + cols[None, :])                     # [BLOCK_K, BLOCK_N] fp32
-        acc = tl.dot(x, r, acc, input_precision="ieee")
+        if INTERPRET:   # numpy's matmul sums in an order that depends on the block's rows on some CPUs
+            acc += tl.sum(x[:, :, None] * r[None, :, :], axis=1)
+        else:
+            acc = tl.dot(x, r, acc, input_precision="ieee")
     if HAS_OFFSET:
         acc -= tl.load(off_ptr + h[:, None] * D + cols[None, :])
     out = y_ptr + rows[:, None] * D + cols[None, :]
@@ -88,8 +93,10 @@ def rotate_rows(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | 
     if n_rows == 0:
         return y
     interpret = interpreter_forced()
-    # the interpreter runs a program's tile as one numpy product: few, large programs there
-    block_m = min(max(16, triton.next_power_of_2(n_rows)), 1024) if interpret else (16 if n_rows <= 256 else 64)
+    # the interpreter runs a program's tile as one numpy expression ([M, K, N] products summed over K): few, large
+    # programs there, within Triton's largest tensor
+    widest = max(16, TRITON_MAX_NUMEL // head_dim ** 2)
+    block_m = min(max(16, triton.next_power_of_2(n_rows)), widest) if interpret else (16 if n_rows <= 256 else 64)
     block_n = head_dim if interpret else min(64, head_dim)
     block_k = head_dim if interpret else 32
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():      # Triton launches on the current GPU
