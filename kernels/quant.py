@@ -66,11 +66,12 @@ def _rounded(x, KIND: tl.constexpr, FAST: tl.constexpr):
 def _stored(x, SCALE_KIND: tl.constexpr):
     """Clamp to the storage dtype's finite range and round to it (fp32 in, fp32 out)."""
     if SCALE_KIND == 1:
-        return tl.clamp(x, -_FP16_MAX, _FP16_MAX).to(tl.float16).to(tl.float32)
+        top: tl.constexpr = _FP16_MAX
     elif SCALE_KIND == 2:
-        return _round_bf16(tl.clamp(x, -_BF16_MAX, _BF16_MAX))
+        top: tl.constexpr = _BF16_MAX
     else:
-        return tl.clamp(x, -_FP32_MAX, _FP32_MAX)
+        top: tl.constexpr = _FP32_MAX
+    return _rounded(tl.clamp(x, -top, top), SCALE_KIND, False)
 
 
 @triton.jit
@@ -423,7 +424,8 @@ def default_rot_block(head_dim: int, block_t: int) -> int:
     tiles (bench_kernels.py --write-tiles 64x4r64,64x4r128; results/bench/bench_kernels_write_epilogue.md): slices of
     32 / 64 / 128 took the rotated write 0.1014 / 0.0789 / 0.0833 ms and clip + rotation 0.1464 / 0.1279 / 0.1239
     ms (fewer dependent load-and-MMA rounds per tile; 128 doubles the shared memory of 64 for the same sum). Smaller
-    tiles (a decode step's rows) keep 32: one warp would hold a 64-wide slice of R in 128 registers per thread."""
+    tiles (a decode step's rows) keep 32, not timed: one warp would hold a 64-wide slice of R in 128 registers per
+    thread."""
     return min(64, head_dim) if block_t >= 64 else 32
 
 

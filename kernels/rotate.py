@@ -10,7 +10,8 @@ attention output) as an FFMA GEMM of ~52 us, and the rotations with their casts 
 7.3 ms against 4.6 ms with bf16 rotations; through this kernel 4.7 ms (results/bench/bench_throughput_rotate_rows.md).
 
 The products accumulate in fp32 FMAs (`input_precision="ieee"`, no TF32), each output over the head_dim in the same
-order whatever the number of rows or the tile, so a row's result does not depend on the rows launched with it.
+order whatever the number of rows or the tile, so a row's result does not depend on the rows launched with it (the
+interpreter sums each row's products itself: numpy's matmul did not keep that on every CPU).
 """
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ import triton.language as tl
 
 from kernels.dispatch import HEAD_DIMS, interpreter_forced
 from kernels.step_rows import _cast
-
-TRITON_MAX_NUMEL = 1 << 20   # elements of one Triton tensor (triton's TRITON_MAX_TENSOR_NUMEL)
 
 
 @triton.jit
@@ -95,7 +94,7 @@ def rotate_rows(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | 
     interpret = interpreter_forced()
     # the interpreter runs a program's tile as one numpy expression ([M, K, N] products summed over K): few, large
     # programs there, within Triton's largest tensor
-    widest = max(16, TRITON_MAX_NUMEL // head_dim ** 2)
+    widest = max(16, tl.TRITON_MAX_TENSOR_NUMEL // head_dim ** 2)
     block_m = min(max(16, triton.next_power_of_2(n_rows)), widest) if interpret else (16 if n_rows <= 256 else 64)
     block_n = head_dim if interpret else min(64, head_dim)
     block_k = head_dim if interpret else 32

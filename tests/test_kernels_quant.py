@@ -35,6 +35,14 @@ def _ids(case):
     return f"int{spec.bits}-{spec.axis}-g{spec.group}-d{head_dim}-t{tokens}-{spec.scale_dtype}"
 
 
+def _pm1_hadamard(n: int) -> torch.Tensor:
+    """+-1 Sylvester Hadamard [n, n] (unnormalized: with integer or dyadic rows every x @ R is exact)."""
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
 def _assert_identical(got, ref):
     for name, a, b in zip(("codes", "scale", "zero"), got, ref):
         assert a.dtype == b.dtype and a.shape == b.shape, name
@@ -61,9 +69,7 @@ def test_lloyd_max_codes_identical_metadata_to_rounding():
 
 def test_fused_rotation_exact_on_exact_arithmetic():
     """With a +-1 Hadamard and dyadic inputs every product and sum is exact, so codes must match."""
-    hadamard = torch.ones(1, 1)
-    while hadamard.shape[0] < 128:
-        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    hadamard = _pm1_hadamard(128)
     x = torch.randint(-8, 8, (2, 2, 17, 128), generator=torch.Generator().manual_seed(2)).float() / 4
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     _assert_identical(quantize_pack(x.to(DEVICE), spec, hadamard.to(DEVICE)), quantize_pack_reference(x, spec, hadamard))
@@ -220,9 +226,7 @@ def test_every_clip_method_bit_identical_with_ties_and_masked_tails(method, spec
 def test_every_clip_method_bit_identical_after_an_exact_rotation(method):
     """With a +-1 Hadamard and dyadic inputs x @ R is exact, and its rows tie often (the distinct descent must
     find the tie and fall back to counting): codes as the reference's, at a 16-row tile with masked rows."""
-    hadamard = torch.ones(1, 1)
-    while hadamard.shape[0] < 64:
-        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    hadamard = _pm1_hadamard(64)
     gen = torch.Generator().manual_seed(9)
     x = torch.randint(-3, 4, (3, 21, 64), generator=gen).float() / 2
     x[0, :4] = torch.randn(4, 64, generator=gen).round()                         # many equal |x @ R| per row
@@ -260,9 +264,7 @@ def test_rotated_rows_rounded_to_the_input_dtype_before_the_clip(dtype):
     dtype, which for bf16 differ from those of the fp32 product."""
     gen = torch.Generator().manual_seed(11)
     x = torch.randint(-100, 101, (2, 3, 70, 128), generator=gen).to(dtype)
-    rotation = torch.ones(1, 1)
-    while rotation.shape[0] < 128:
-        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    rotation = _pm1_hadamard(128)
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, dtype))
     _assert_identical(got, quantize_pack_reference(x, spec, rotation))
@@ -276,9 +278,7 @@ def test_rotation_slice_width_never_changes_the_codes(rot_block):
     slices: exact sums here, so the codes are the reference's."""
     gen = torch.Generator().manual_seed(rot_block)
     x = torch.randint(-100, 101, (2, 70, 128), generator=gen).to(torch.bfloat16)
-    rotation = torch.ones(1, 1)
-    while rotation.shape[0] < 128:
-        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    rotation = _pm1_hadamard(128)
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE, torch.bfloat16), rot_block=rot_block)
     _assert_identical(got, quantize_pack_reference(x, spec, rotation))
@@ -301,9 +301,7 @@ def test_rotated_writes_match_the_reference_at_both_tiles(tokens):
     """Clip + rotation at a decode step's single row and at a bulk write over one 64-row tile plus a tail."""
     gen = torch.Generator().manual_seed(tokens)
     x = torch.randint(-8, 8, (3, tokens, 128), generator=gen).float() / 4      # quarter integers: exact sums
-    rotation = torch.ones(1, 1)
-    while rotation.shape[0] < 128:                                              # +-1 Sylvester Hadamard
-        rotation = torch.cat([torch.cat([rotation, rotation], 1), torch.cat([rotation, -rotation], 1)])
+    rotation = _pm1_hadamard(128)
     spec = QuantSpec(bits=2, group=128, clip_ratio=0.96)
     got = quantize_pack(x.to(DEVICE), spec, rotation.to(DEVICE))
     _assert_identical(got, quantize_pack_reference(x @ rotation, spec))

@@ -1,10 +1,10 @@
 """Time (and optionally profile) one prefill of random tokens through BF16 and through quantized caches.
 
 Random weights of a model's shapes (scripts/bench_throughput.py's models), one prompt of --tokens tokens, batch 1:
-"dynamic" runs transformers' own DynamicCache and SDPA (no seam), a quantizer name the seam's cache with that
-quantizer (bf16: the seam's full-precision cache) (OSCAR with random orthogonal stand-in rotations, as bench_throughput.py builds it; 'oscar:model'
-rotates in the model's dtype). Each prefill is timed after a warm-up one; --profile adds, per quantizer, the CUDA
-kernels of one more prefill by total time:
+"dynamic" runs transformers' own DynamicCache and SDPA (no seam); a quantizer name runs the seam's cache with that
+quantizer (bf16: the seam's full-precision cache; OSCAR with random orthogonal stand-in rotations, as
+bench_throughput.py builds them; 'oscar:model' rotates in the model's dtype). Each prefill is timed after a warm-up
+one; --profile adds, per quantizer, the CUDA kernels of one more prefill by total time:
 
     python scripts/dev/profile_prefill.py --tokens 32768 --quantizers dynamic,bf16,oscar,oscar:model --profile
     python scripts/dev/profile_prefill.py --model tiny --tokens 300     # CPU smoke run (fp32, reference kernels)
