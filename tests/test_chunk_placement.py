@@ -90,3 +90,15 @@ def test_a_short_last_chunk_of_a_known_prompt_is_a_prefill_chunk(keeps_recent):
     assert torch.equal(seen[..., 100:, :], last)
     layer.update(_chunk(1, 2), _chunk(1, 2))                                  # a decode step: settles the prompt
     assert layer.regions()[0] == [SINK] and sum(layer.regions()[2]) <= RECENT + 1
+
+
+def test_a_short_prompt_is_a_prefill_alone_as_inside_a_longer_batch():
+    """A cache's first call is a prefill however short: a prompt of at most KERNEL_MAX_QUERY_TOKENS tokens attends
+    through the prefill path (the materialized rows) whether it runs alone or left-padded beside a longer prompt,
+    never through the decode kernel alone (last-bit differences between the two). Its next call is a decode step."""
+    short = _chunk(KERNEL_MAX_QUERY_TOKENS - 6, 3)
+    layer = ThreeRegionLayer(build_quantizer("naive_int2", sink=SINK, recent=RECENT, page=8), 0, use_kernels=True)
+    view, _ = layer.update(short, short.clone())
+    assert view.keys is not None and torch.equal(view.keys, short)            # prefill: the rows, not the kernel
+    step, _ = layer.update(_chunk(1, 4), _chunk(1, 4))
+    assert step.keys is None                                                  # a decode step reads the packed storage
