@@ -15,7 +15,7 @@ from kernels.dispatch import interpreter_forced  # noqa: E402
 from kernels.quant import (CLIP_METHODS, default_clip_method, default_rot_block, default_write_tile,  # noqa: E402
                            quantize_pack)
 from kernels.reference import quantize_pack_reference  # noqa: E402
-from kernels.format import QuantSpec  # noqa: E402
+from kernels.format import QuantSpec, unpack_codes  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -206,6 +206,7 @@ def _tie_heavy_rows(tokens, head_dim, gen):
 @pytest.mark.parametrize("method", CLIP_METHODS)
 @pytest.mark.parametrize("spec, head_dim", [(QuantSpec(bits=2, group=128, clip_ratio=0.96), 128),
                                             (QuantSpec(bits=2, group=128, clip_ratio=0.92), 128),
+                                            (QuantSpec(bits=2, group=32, clip_ratio=0.9), 128),
                                             (QuantSpec(bits=4, group=32, clip_ratio=0.9, scale_dtype="bfloat16"), 64),
                                             (QuantSpec(bits=2, group=64, clip_ratio=0.96, symmetric=True), 256)],
                          ids=lambda v: str(v) if isinstance(v, int) else f"int{v.bits}-g{v.group}-clip{v.clip_ratio}")
@@ -220,6 +221,21 @@ def test_every_clip_method_bit_identical_with_ties_and_masked_tails(method, spec
     x = x.to(dtype)
     got = quantize_pack(x.to(DEVICE), spec, block_t=8, num_warps=1, clip_method=method)
     _assert_identical(got, quantize_pack_reference(x, spec))
+
+
+@pytest.mark.parametrize("method", CLIP_METHODS)
+def test_clipped_values_take_the_grid_code_of_tau_inside_the_grid(method):
+    """Where a group's extreme is the clipped tau, the stored zero's rounding can put tau's code inside the grid
+    (not 0 or 3): every clipped value must take that code, as the reference's clamped values do (a write that
+    clamped codes to the grid's ends instead of values to tau would not)."""
+    spec = QuantSpec(bits=2, group=32, clip_ratio=0.9)                         # 12 values above tau = 2
+    x = torch.full((2, 128), 0.25)
+    x[0, :12], x[0, 12], x[0, 13:32] = -5.0, -2.0, -1.9996                    # group 0 ends at -tau
+    x[1, :12], x[1, 12], x[1, 13:32] = 5.0, 2.0, 1.9995                       # group 0 ends at tau
+    ref = quantize_pack_reference(x, spec)
+    codes = unpack_codes(ref[0], 2)                                            # [2, 128]
+    assert codes[0, :13].unique().tolist() == [2] and codes[1, :13].unique().tolist() == [1]   # inside the grid
+    _assert_identical(quantize_pack(x.to(DEVICE), spec, block_t=8, num_warps=1, clip_method=method), ref)
 
 
 @pytest.mark.parametrize("method", CLIP_METHODS)
