@@ -106,39 +106,16 @@ def _divide(a, b, FAST: tl.constexpr):
 
 
 @triton.jit
-def _asymmetric(g, tau, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.constexpr, FAST: tl.constexpr,
-                CLIPPED: tl.constexpr):
-    """Min-max asymmetric grid with a fractional zero point (METHOD_OSCAR §6.1).
-
-    CLIPPED: the grid of g [BLOCK_T, D] (one group per row) clamped to [-tau, tau] (tau [BLOCK_T, 1]) from the
-    unclamped g. The grid's code
-    is monotone in the value, so a clamped value's code is the value's code clamped to the codes of -tau and tau,
-    and a group's min / max are its clamped min / max: one operation per value fewer than clamping g first.
-    """
+def _asymmetric(g, AXIS: tl.constexpr, MAX_CODE: tl.constexpr, SCALE_KIND: tl.constexpr, FAST: tl.constexpr):
+    """Min-max asymmetric grid with a fractional zero point (METHOD_OSCAR §6.1)."""
     low = tl.min(g, axis=AXIS, keep_dims=True)
     high = tl.max(g, axis=AXIS, keep_dims=True)
-    if CLIPPED:
-        low = tl.minimum(tl.maximum(low, -tau), tau)
-        high = tl.minimum(tl.maximum(high, -tau), tau)
     scale = _stored_scale(tl.math.div_rn(tl.maximum(high - low, _FLOOR), MAX_CODE * 1.0), low, SCALE_KIND)
     zero = _stored(tl.math.div_rn(-low, scale), SCALE_KIND)
-    shifted = _divide(g, scale, FAST) + zero + 0.5                               # code = floor(shifted) in the grid
-    if not CLIPPED:
-        return _grid_code(shifted, MAX_CODE, FAST), scale, zero
-    low_code = _grid_code(_divide(-tau, scale, FAST) + zero + 0.5, MAX_CODE, FAST)              # [.., NG, 1]
-    high_code = _grid_code(_divide(tau, scale, FAST) + zero + 0.5, MAX_CODE, FAST)
-    if FAST:  # floor in one signed saturating conversion (a clipped value may lie 2^31 steps out), then the clamp
-        return tl.minimum(tl.maximum(libdevice.float2int_rd(shifted), low_code), high_code), scale, zero
-    return tl.minimum(tl.maximum(_grid_code(shifted, MAX_CODE, FAST), low_code), high_code), scale, zero
-
-
-@triton.jit
-def _grid_code(shifted, MAX_CODE: tl.constexpr, FAST: tl.constexpr):
-    """floor(shifted) clamped to [0, MAX_CODE], int32. FAST: floor and the clamp at 0 in one saturating conversion
-    (shifted of a value inside its group's range never exceeds 2^31)."""
-    if FAST:
-        return tl.minimum(libdevice.float2uint_rd(shifted), MAX_CODE)
-    return tl.clamp(tl.floor(shifted), 0.0, MAX_CODE * 1.0).to(tl.int32)
+    shifted = _divide(g, scale, FAST) + zero + 0.5
+    if FAST:  # floor and the clamp at 0 in one saturating conversion
+        return tl.minimum(libdevice.float2uint_rd(shifted), MAX_CODE), scale, zero
+    return tl.clamp(tl.floor(shifted), 0.0, MAX_CODE * 1.0).to(tl.int32), scale, zero
 
 
 @triton.jit
@@ -268,7 +245,7 @@ def _tau_by_distinct_descent(bits, CLIP_INDEX: tl.constexpr, SPARE_BITS: tl.cons
 
 
 @triton.jit
-def _clip_threshold(x, CLIP_INDEX: tl.constexpr, CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr):
+def _clip_rows(x, CLIP_INDEX: tl.constexpr, CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr):
     """Clamp each row to [-tau, tau], tau = sort_ascending(|x|)[clip_index] (the TOP-th largest |x|, TOP =
     D - CLIP_INDEX), exactly; CLIP_METHOD indexes CLIP_METHODS (how tau is found, never what it is)."""
     bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF                              # |x|'s patterns [BLOCK_T, D]
@@ -280,7 +257,7 @@ def _clip_threshold(x, CLIP_INDEX: tl.constexpr, CLIP_METHOD: tl.constexpr, SPAR
         tau = _tau_by_descent(bits, CLIP_INDEX)
     else:
         tau = _tau_by_distinct_descent(bits, CLIP_INDEX, SPARE_BITS)
-    return tau
+    return tl.minimum(tl.maximum(x, -tau), tau)
 
 
 @triton.jit
@@ -299,7 +276,7 @@ def _quantize_pack_kernel(
     stride_xa, stride_xt, stride_ca, stride_ct, stride_sa, stride_st,
     ROW_OFFSETS: tl.constexpr, D: tl.constexpr, BITS: tl.constexpr, MAX_CODE: tl.constexpr, GROUP: tl.constexpr,
     CHANNEL: tl.constexpr, VARIANT: tl.constexpr, CLIP: tl.constexpr, CLIP_INDEX: tl.constexpr,
-    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr, CLIP_BY_CODES: tl.constexpr,
+    CLIP_METHOD: tl.constexpr, SPARE_BITS: tl.constexpr,
     ROTATE: tl.constexpr, ROT_FP32: tl.constexpr, ROT_BLOCK: tl.constexpr, ROTATED_KIND: tl.constexpr,
     SCALE_KIND: tl.constexpr, BLOCK_T: tl.constexpr, FAST_DIV: tl.constexpr,
 ):
@@ -315,16 +292,11 @@ def _quantize_pack_kernel(
     else:
         x = tl.load(x_rows + cols[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     if CLIP:
-        tau = _clip_threshold(x, CLIP_INDEX, CLIP_METHOD, SPARE_BITS)            # [BLOCK_T, 1]
-        if not CLIP_BY_CODES:                                                    # (else the codes are clamped)
-            x = tl.minimum(tl.maximum(x, -tau), tau)
+        x = _clip_rows(x, CLIP_INDEX, CLIP_METHOD, SPARE_BITS)
 
     if CHANNEL:
         g = x                                                                    # [G, D]: one token group
         AXIS: tl.constexpr = 0
-    elif CLIP_BY_CODES:
-        g = x                                                                    # [BLOCK_T, D]: one group per row,
-        AXIS: tl.constexpr = 1                                                   # in tau's layout
     else:
         g = tl.reshape(x, (BLOCK_T, D // GROUP, GROUP))                          # [BLOCK_T, NG, G]
         AXIS: tl.constexpr = 2
@@ -332,10 +304,8 @@ def _quantize_pack_kernel(
         codes, scale, zero = _lloyd_max(g, lm_factor, AXIS, GROUP, SCALE_KIND, FAST_DIV)
     elif VARIANT == 1:
         codes, scale, zero = _symmetric(g, AXIS, BITS, SCALE_KIND, FAST_DIV)
-    elif CLIP_BY_CODES:
-        codes, scale, zero = _asymmetric(g, tau, AXIS, MAX_CODE, SCALE_KIND, FAST_DIV, True)
     else:
-        codes, scale, zero = _asymmetric(g, 0.0, AXIS, MAX_CODE, SCALE_KIND, FAST_DIV, False)
+        codes, scale, zero = _asymmetric(g, AXIS, MAX_CODE, SCALE_KIND, FAST_DIV)
 
     packed = _pack(tl.reshape(codes, (BLOCK_T, D)), BLOCK_T, D, BITS)           # [BLOCK_T, NB]
     nb = tl.arange(0, D * BITS // 8)
@@ -429,13 +399,6 @@ def _check_row_offsets(x: torch.Tensor, row_offsets: torch.Tensor) -> None:
                          f"{row_offsets.dtype} {list(row_offsets.shape)} for x {list(x.shape)}.")
 
 
-def _clips_by_codes(spec: QuantSpec, head_dim: int) -> bool:
-    """Whether the write clamps the codes instead of the values (`_asymmetric`'s CLIPPED): a clipped asymmetric grid
-    with one group per row."""
-    return (spec.clip_ratio is not None and _variant(spec) == ASYMMETRIC and spec.axis != "channel"
-            and spec.group == head_dim)
-
-
 def _variant(spec: QuantSpec) -> int:
     return LLOYD_MAX if spec.lloyd_max else SYMMETRIC if spec.symmetric else ASYMMETRIC
 
@@ -498,7 +461,7 @@ def launch_constants(head_dim: int, spec: QuantSpec, x_dtype: torch.dtype, rotat
     return dict(D=head_dim, BITS=spec.container_bits, MAX_CODE=spec.max_code, GROUP=spec.group,
                 CHANNEL=spec.axis == "channel", VARIANT=_variant(spec), CLIP=spec.clip_ratio is not None,
                 CLIP_INDEX=clip_index(head_dim, spec), CLIP_METHOD=CLIP_METHODS.index(clip_method),
-                SPARE_BITS=SPARE_LOW_BITS[x_dtype], CLIP_BY_CODES=_clips_by_codes(spec, head_dim),
+                SPARE_BITS=SPARE_LOW_BITS[x_dtype],
                 ROTATE=rotate, ROT_FP32=interpret or rotation_fp32,
                 ROT_BLOCK=rot_block or default_rot_block(head_dim, block_t), ROTATED_KIND=SCALE_KINDS[x_dtype],
                 SCALE_KIND=SCALE_KINDS[spec.torch_scale_dtype], BLOCK_T=block_t, FAST_DIV=not interpret)

@@ -71,7 +71,7 @@ def _quantize_pack_turbo_kernel(
         codes, norm = _codebook_codes(x, bounds_ptr, 1 << BITS, FAST_DIV)
         tl.store(scale_ptr + meta, _stored(norm, FP16_KIND), mask=row_ok[:, None])
     else:
-        levels, scale, zero = _asymmetric(x, 0.0, 1, (1 << BITS) - 1, FP16_KIND, FAST_DIV, False)
+        levels, scale, zero = _asymmetric(x, 1, (1 << BITS) - 1, FP16_KIND, FAST_DIV)
         codes = levels.to(tl.int32)
         tl.store(scale_ptr + meta, scale, mask=row_ok[:, None])
         tl.store(zero_ptr + meta, zero, mask=row_ok[:, None])
