@@ -3,6 +3,7 @@
     python scripts/bench_kernel_grid.py                                   # head_dim 64/128/256 x group 1-16
     python scripts/bench_kernel_grid.py --head-dims 64 --groups 3 --batches 1,32 --ctxs 1024,102400
     python scripts/bench_kernel_grid.py --from-json a.json b.json     # no GPU: the targets and tables of saved runs
+    python scripts/bench_kernel_grid.py --from-json a.json --against h100.json   # and each call's time there / here
 
 Each point (head_dim, GQA group, batch, ctx; 8 KV heads, one query token) times three calls on the same
 shape: BF16 SDPA (torch, `enable_gqa`), BF16 on the harness's kernel (`kernels.decode` with no packed
@@ -14,7 +15,9 @@ replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides t
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
 $OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files, the issue's
-kernel targets counted over all their rows (`target_summary`), then each file's table.
+kernel targets counted over all their rows (`target_summary`), then each file's table; with --against (other saved
+runs, e.g. another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same points
+(`time_ratios`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -119,10 +123,43 @@ def target_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def from_json(paths: list[str]) -> str:
-    """The targets over every saved run's rows, then each run's table (what --from-json prints)."""
+def _point(row: dict) -> tuple[int, int, int, int]:
+    return row["head_dim"], row["group"], row["batch"], row["ctx"]
+
+
+def time_ratios(rows: list[dict], baseline: list[dict]) -> str:
+    """Per head_dim, the baseline rows' time over these rows' time for the INT2 kernel and for SDPA (median and
+    range) at the points both hold (a later baseline row of a point replaces an earlier one)."""
+    before = {_point(r): r for r in baseline}
+    lines = ["| head_dim | points | INT2: baseline ms / these ms, median (min-max) | SDPA: the same |",
+             "|---|---|---|---|"]
+    for d in sorted({r["head_dim"] for r in rows}):
+        pairs = [(before[_point(r)], r) for r in rows if r["head_dim"] == d and _point(r) in before]
+        if not pairs:
+            continue
+        cells = []
+        for call in ("int2", "sdpa"):
+            ratios = [b[f"{call}_ms"] / r[f"{call}_ms"] for b, r in pairs]
+            cells.append(f"{statistics.median(ratios):.2f} ({_span(ratios, '.2f')})")
+        lines.append(f"| {d} | {len(pairs)} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def _described(payloads: list[dict]) -> str:
+    return "; ".join(f"{p['device']}, {p['date']}, head_dim {sorted({r['head_dim'] for r in p['rows']})}"
+                     for p in payloads)
+
+
+def from_json(paths: list[str], against: list[str] | None = None) -> str:
+    """The targets over every saved run's rows, the time ratios against other runs if given, then each run's table
+    (what --from-json prints)."""
     payloads = [json.loads(Path(p).read_text()) for p in paths]
-    parts = [target_summary([r for p in payloads for r in p["rows"]])]
+    rows = [r for p in payloads for r in p["rows"]]
+    parts = [target_summary(rows)]
+    if against:
+        baseline = [json.loads(Path(p).read_text()) for p in against]
+        parts += [f"Against {_described(baseline)} (these runs: {_described(payloads)}):",
+                  time_ratios(rows, [r for p in baseline for r in p["rows"]])]
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["date"]) for p in payloads]
     return "\n\n".join(parts)
 
@@ -134,12 +171,17 @@ def main() -> None:
     parser.add_argument("--batches", type=positive_ints, default=[1, 3, 8, 32])
     parser.add_argument("--ctxs", type=positive_ints, default=[1024, 8192, 32768, 102400])
     parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
+    parser.add_argument("--against", nargs="+", metavar="FILE",
+                        help="with --from-json: saved runs to compare each point's times with")
     args = parser.parse_args()
+    if args.against and not args.from_json:
+        parser.error("--against compares saved runs: give them with --from-json.")
     if args.from_json:
-        missing = [p for p in args.from_json if not Path(p).is_file()]
-        if missing:
-            raise SystemExit(f"--from-json: no such file: {', '.join(missing)}.")
-        print(from_json(args.from_json))
+        for flag, paths in (("--from-json", args.from_json), ("--against", args.against or [])):
+            missing = [p for p in paths if not Path(p).is_file()]
+            if missing:
+                raise SystemExit(f"{flag}: no such file: {', '.join(missing)}.")
+        print(from_json(args.from_json, args.against))
         return
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernel_grid.py needs a CUDA GPU.")

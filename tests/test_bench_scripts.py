@@ -350,6 +350,40 @@ def test_kernel_grid_from_json_rebuilds_the_committed_grid():
     assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
 
 
+def test_kernel_grid_time_ratios_pair_the_same_points(monkeypatch):
+    """time_ratios divides the baseline's time by these rows' at the same (head_dim, group, batch, ctx) only, per
+    head_dim, for INT2 and SDPA apart; points the baseline lacks are left out."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_kernel_grid import time_ratios
+
+    def row(head_dim, batch, int2_ms, sdpa_ms):
+        return dict(head_dim=head_dim, group=4, batch=batch, ctx=1024, int2_ms=int2_ms, sdpa_ms=sdpa_ms)
+    rows = [row(64, 1, 1.0, 1.0), row(64, 8, 2.0, 1.0), row(64, 32, 4.0, 4.0), row(128, 1, 1.0, 2.0)]
+    baseline = [row(64, 1, 1.0, 3.0), row(64, 8, 3.0, 2.0), row(128, 1, 9.0, 9.0), row(128, 1, 2.0, 4.0)]
+    text = time_ratios(rows, baseline)
+    assert "| 64 | 2 | 1.25 (1.00-1.50) | 2.50 (2.00-3.00) |" in text
+    assert "| 128 | 1 | 2.00 (2.00-2.00) | 2.00 (2.00-2.00) |" in text      # the later baseline row of a point
+
+
+def test_kernel_grid_h200_table_is_rebuilt_against_the_h100_runs():
+    """bench_kernel_grid_h200.md is what --from-json prints for the H200 runs --against the H100 runs (the time
+    ratios included); --against alone is refused in one sentence."""
+    bench = ROOT / "results" / "bench"
+    runs = [str(bench / f"bench_kernel_grid_h200_d{d}.json") for d in (64, 128, 256)]
+    h100 = [str(bench / f"bench_kernel_grid_final_d{d}.json") for d in (64, 128, 256)]
+    h100.append(str(bench / "bench_kernel_grid_int2_layout_d256.json"))
+    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json", *runs, "--against", *h100],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (bench / "bench_kernel_grid_h200.md").read_text()
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert any(line.startswith("| 128 | 96 | ") for line in lines)
+    assert len(lines) > 300 and all(line in committed for line in lines)
+    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--against", h100[0]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--against compares saved runs: give them with --from-json." in proc.stderr
+
+
 def test_compare_runs_rebuilds_the_committed_before_after_tables():
     """scripts/dev/compare_runs.py builds the before / after tables of results/bench from the committed run JSON: every
     line it prints is in the Markdown file that quotes it (no hand-typed table), and it refuses a missing call."""
