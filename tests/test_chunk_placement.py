@@ -89,7 +89,8 @@ def test_a_short_last_chunk_of_a_known_prompt_is_a_prefill_chunk(keeps_recent):
     assert torch.equal(seen[..., tail:100, :], first[..., tail:100, :]) == keeps_recent
     assert torch.equal(seen[..., 100:, :], last)
     layer.update(_chunk(1, 2), _chunk(1, 2))                                  # a decode step: settles the prompt
-    assert layer.regions()[0] == [SINK] and sum(layer.regions()[2]) <= RECENT + 1
+    kept = RECENT if keeps_recent else short                                  # the window after the last chunk
+    assert layer.regions() == ([SINK], [100 + short - SINK - kept], [kept + 1])   # + the step's own token
 
 
 def test_a_short_prompt_is_a_prefill_alone_as_inside_a_longer_batch():
