@@ -58,12 +58,16 @@ def _ms(rows: list[dict], quantizer: str, batch: int, ctx: int, measure: str) ->
                  and r["ctx"] == ctx and r.get(key)), None)
 
 
+def at_budget_batch(row: dict) -> bool:
+    """Whether a same-budget row ran at the largest batch its budget holds (a run with --same-budget-cap holds rows
+    below it: their ratio would be a smaller batch's speedup, not a same-memory throughput)."""
+    return row["batch"] >= row.get("max_batch_in_budget", row["batch"])
+
+
 def _budget_tps(payload: dict, quantizer: str) -> float | None:
-    """tokens/s of `quantizer`'s same-budget row, None where it ran below the batch that fills the budget (a run
-    with --same-budget-cap: its ratio would be a batch-1 speedup, not a same-memory throughput)."""
+    """tokens/s of `quantizer`'s same-budget row, None where it ran below the batch that fills the budget."""
     return next((r["tokens_per_s"] for r in payload.get("same_budget", [])
-                 if r["quantizer"] == quantizer and r.get("tokens_per_s")
-                 and r["batch"] >= r.get("max_batch_in_budget", r["batch"])), None)
+                 if r["quantizer"] == quantizer and r.get("tokens_per_s") and at_budget_batch(r)), None)
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> str:

@@ -26,7 +26,8 @@ untimed ones that include two demotions), tokens/s from that mean
 --eager-demotions, as its `demotions` says), peak GPU memory, KV bytes per token measured from allocated memory, the physical floor
 of the step (weight bytes + the cache's bytes, read once, at the copy bandwidth measured in the same run: GPU.md)
 and the fraction of it reached, and the largest batch that fits --budget-gb at that context (or, --budget-from ROW, in
-the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory).
+the memory that ROW's weights and cache take at the first batch: the batch that fills the same memory); rows that
+--same-budget-cap holds below that batch get no throughput ratio.
 --gpus N > 1 builds the random model over N GPUs (decoder layers split in order, harness.placement) and its rows
 decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` compiles on each), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
@@ -63,6 +64,7 @@ from harness.step_profile import profile_rows  # noqa: E402
 from harness.quantizer import build_quantizer, known_quantizers  # noqa: E402
 from harness.seam import install  # noqa: E402
 from harness.static_cache import DecodeStep, freeze  # noqa: E402
+from report.paper_throughput import at_budget_batch  # noqa: E402
 
 CONFIGS = {  # the public Qwen3 configs (no weights needed)
     "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
@@ -415,7 +417,8 @@ def budget_from(rows: list[dict], row_name: str, ctx: int, weights: int) -> floa
 def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: int, args, device, dtype, weights,
                      bandwidth) -> list[dict]:
     """Each row name at the largest batch (up to `cap`) whose weights + measured cache fit `budget_gb` at `ctx`,
-    with its throughput against each BF16 engine that ran."""
+    with its throughput against each BF16 engine that ran, where both ran at their budget's batch (a row the cap
+    held below it gets no ratio: that would not be a same-budget one)."""
     out = []
     for q in quantizers:
         per_token = next((r["kv_bytes_per_token"] for r in rows if r["quantizer"] == q and r["ctx"] == ctx
@@ -430,11 +433,12 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
         print("budget row:", json.dumps(out[-1]), flush=True)
     bases = (*BF16_CACHES, *(f"bf16{suffix}" for suffix in (GRAPH_SUFFIX, FROZEN_SUFFIX, GRAPH_SUFFIX + COMPILE_SUFFIX)))
     for base in bases:                                            # each BF16 that ran
-        base_tps = next((r["tokens_per_s"] for r in out if r["quantizer"] == base), None)
+        base_row = next((r for r in out if r["quantizer"] == base and r["tokens_per_s"]), None)
         for r in out:
-            if base_tps:
-                r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_tps, 2)
+            if base_row and at_budget_batch(base_row) and at_budget_batch(r):
+                r[f"throughput_vs_{base}"] = round(r["tokens_per_s"] / base_row["tokens_per_s"], 2)
     return out
+
 
 
 def parse_args():
@@ -505,8 +509,10 @@ def main() -> None:
     print()
     if budget_rows:
         source = f"what {args.budget_from} at batch {batches[0]} holds" if args.budget_from else "--budget-gb"
+        capped = "" if all(map(at_budget_batch, budget_rows)) else \
+            f"; rows below max_batch_in_budget (--same-budget-cap {args.same_budget_cap}) get no throughput ratio"
         print(markdown(budget_rows, f"### Same memory budget ({budget_gb:.1f} GB incl. {weights / 1e9:.1f} GB weights: "
-                                    f"{source}), ctx {ctxs[-1]}"))
+                                    f"{source}), ctx {ctxs[-1]}{capped}"))
 
 
 if __name__ == "__main__":

@@ -98,6 +98,29 @@ def test_bench_throughput_budget_from_a_row_fits_that_rows_batch(tmp_path):
     assert "what bf16+frozen at batch 2 holds" in proc.stdout
 
 
+def test_same_budget_ratio_only_between_rows_at_their_budgets_batch(monkeypatch):
+    """A row that --same-budget-cap holds below the batch its budget fits gets no throughput ratio (it would be a
+    smaller batch's speedup, not a same-memory one), and the paper table's reader skips it the same way."""
+    from types import SimpleNamespace
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import bench_throughput
+    from report.paper_throughput import at_budget_batch
+    monkeypatch.setattr(bench_throughput, "measure_or_oom",
+                        lambda model, q, batch, ctx, *a, **k: {"quantizer": q, "batch": batch, "ctx": ctx,
+                                                               "tokens_per_s": 100.0 * batch})
+    rows = [{"quantizer": "bf16", "ctx": 100, "kv_bytes_per_token": 1e6},
+            {"quantizer": "naive_int2", "ctx": 100, "kv_bytes_per_token": 1e5}]
+    args = SimpleNamespace(steps=1, eager_demotions=False, stagger=False)
+    out = {r["quantizer"]: r for r in bench_throughput.same_budget_rows(
+        None, rows, ["bf16", "naive_int2"], 100, 1.0, 16, args, "cpu", None, 0, 1.0)}
+    assert out["bf16"]["batch"] == out["bf16"]["max_batch_in_budget"] == 10 and out["bf16"]["throughput_vs_bf16"] == 1.0
+    assert out["naive_int2"]["batch"] == 16 and out["naive_int2"]["max_batch_in_budget"] == 100
+    assert "throughput_vs_bf16" not in out["naive_int2"] and not at_budget_batch(out["naive_int2"])
+    uncapped = {r["quantizer"]: r for r in bench_throughput.same_budget_rows(
+        None, rows, ["bf16", "naive_int2"], 100, 1.0, 128, args, "cpu", None, 0, 1.0)}
+    assert uncapped["naive_int2"]["throughput_vs_bf16"] == 10.0
+
+
 def test_bench_throughput_records_an_oom_and_goes_on(tmp_path, monkeypatch, capsys):
     """A configuration that does not fit (BF16 at a batch beyond the GPU) ends its own row with status=oom."""
     import json
