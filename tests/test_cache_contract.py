@@ -6,6 +6,7 @@ import torch
 from harness.cache import ThreeRegionLayer
 from harness.quantizer import build_quantizer
 from harness.seam import install, kernels_enabled
+from kernels.dispatch import interpreter_forced
 
 PROMPTS = ["The grass is green. The sky is blue. The magic number is 4213. Here we go again and again and on.",
            "A short one.", "Another prompt of a middling length, with words."]
@@ -99,8 +100,11 @@ def test_a_head_dim_without_kernels_takes_the_reference_path_or_is_refused(head_
     quantizer = build_quantizer("naive_int2")
     assert kernels_enabled(torch.device("cuda"), "auto", quantizer, head_dim) is built
     assert kernels_enabled(torch.device("cuda"), "reference", quantizer, head_dim) is False
-    if built:
-        assert kernels_enabled(torch.device("cpu"), "triton", quantizer, head_dim) is True   # TRITON_INTERPRET=1
+    if built and interpreter_forced():                                     # the CPU runs kernels only interpreted
+        assert kernels_enabled(torch.device("cpu"), "triton", quantizer, head_dim) is True
+    elif built:                                                            # a GPU box (TRITON_INTERPRET=0)
+        with pytest.raises(ValueError, match="needs a CUDA device or TRITON_INTERPRET=1"):
+            kernels_enabled(torch.device("cpu"), "triton", quantizer, head_dim)
     else:
         with pytest.raises(ValueError, match=f"take head_dim 64, 128, 256; this model's is {head_dim}"):
             kernels_enabled(torch.device("cuda"), "triton", quantizer, head_dim)
