@@ -35,8 +35,6 @@ from harness.packed_history import PackedHistory
 from kernels.rotate import rotate_rows, rotate_rows_reference, rotation_kernel_serves
 
 KERNEL_MAX_QUERY_TOKENS = 16     # decode steps and short chunks (decode kernel); longer chunks are prefill (reference)
-                                 # as is a cache's first call however short: a prompt of at most 16 tokens is
-                                 # prefilled alike alone and inside a batch of longer prompts
 
 
 def rotate(x: torch.Tensor, rotation: torch.Tensor, offset: torch.Tensor | None = None,
@@ -116,6 +114,7 @@ class ThreeRegionLayer(DynamicLayer):
             return self.static.write(self, self.transform_keys(key_states), value_states)
         key_states = self.transform_keys(key_states)
         new = key_states.shape[-2]
+        # a first call is a prefill however short: a prompt of <= 16 tokens alone is prefilled as inside a batch
         decode = 0 < self.n_tokens and self.n_tokens >= self.prompt_tokens and new <= KERNEL_MAX_QUERY_TOKENS
         if self.n_tokens:       # a pending chunk followed by another is a non-final one
             self.settle(keep_recent=decode or self.quantizer.chunk_keeps_recent)

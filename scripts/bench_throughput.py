@@ -440,7 +440,6 @@ def same_budget_rows(model, rows, quantizers, ctx: int, budget_gb: float, cap: i
     return out
 
 
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3_4b", choices=MODELS)

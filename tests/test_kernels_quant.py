@@ -10,6 +10,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from scipy.linalg import hadamard as sylvester_hadamard  # noqa: E402
 
 from kernels.dispatch import interpreter_forced  # noqa: E402
 from kernels.quant import (CLIP_METHODS, default_clip_method, default_rot_block, default_write_tile,  # noqa: E402
@@ -36,11 +37,9 @@ def _ids(case):
 
 
 def _pm1_hadamard(n: int) -> torch.Tensor:
-    """+-1 Sylvester Hadamard [n, n] (unnormalized: with integer or dyadic rows every x @ R is exact)."""
-    h = torch.ones(1, 1)
-    while h.shape[0] < n:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h
+    """+-1 Sylvester Hadamard [n, n], fp32 (scipy's, which harness.hadamard normalizes; unnormalized here: with
+    integer or dyadic rows every x @ R is exact)."""
+    return torch.from_numpy(sylvester_hadamard(n)).float()
 
 
 def _assert_identical(got, ref):
