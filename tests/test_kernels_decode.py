@@ -92,6 +92,30 @@ def test_split_count_does_not_change_the_result():
     assert (one - many).abs().max().item() < TOL
 
 
+def test_merge_tile_fitted_to_few_splits():
+    """Up to 8 splits stage 2 takes just the call's splits (a power of two) in a warp per 512 elements; more splits,
+    or head_dim 256 with fewer than 1,024 merged rows, keep the configured tile in 4 warps (`merge_launch`)."""
+    from kernels.decode.launch import merge_launch
+    assert merge_launch(64, 2, 128, 256) == (2, 1)
+    assert merge_launch(64, 4, 64, 4096) == (4, 1)
+    assert merge_launch(64, 8, 128, 8) == (8, 2)
+    assert merge_launch(4, 7, 128, 8) == (4, 1)             # never above the configured tile
+    assert merge_launch(64, 9, 128, 8) == (64, 4)           # 16-19 splits: the 32-split tile was slower
+    assert merge_launch(64, 5, 256, 1023) == (64, 4)        # head_dim 256, few merges
+    assert merge_launch(64, 5, 256, 1024) == (8, 4)
+
+
+def test_merge_loops_over_more_splits_than_its_tile():
+    """19 history splits + the fp segment's in 8-split tiles (3 iterations, the last partial, some splits
+    past the history empty), and 6 splits in one fitted tile, give the reference's result."""
+    args, kw = make_inputs(2, 4, 2, 1, 64, 300, 21, INT2[64], INT2[64], seed=4)
+    cfg = DecodeConfig(block_n=16, block_f=16, num_stages=1, merge_block=8)
+    out = decode_attention(*args, **kw, num_splits=19, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+    fitted = decode_attention(*args, **kw, num_splits=5, config=cfg)      # 6 splits in an 8-split tile, 2 masked
+    assert (fitted - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_register_cap_config_matches_reference():
     """DecodeConfig.maxnreg (the sweep's register cap) reaches the GPU launch only; results stay the reference's."""
     args, kw = make_inputs(1, 4, 1, 1, 128, 200, 9, INT2[128], INT2[128], seed=2)

@@ -48,6 +48,8 @@ TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit up to which more rows than WARP_TILE_ROWS run as 8-row programs
 SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
+FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to this many (`merge_launch`)
+WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -434,11 +436,28 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     if single_launch:
         return out
     pdl = uses_pdl(cfg, q.device, on_gpu)
+    block_s, warps = merge_launch(cfg.merge_block, n_splits, head_dim, units * n_rows)
     _decode_stage2_kernel[(units, n_rows)](
         part_o, part_lse, out, n_splits, kv_heads, q_tokens, n_rows, *out.stride()[:3],
-        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=cfg.merge_block, PDL=pdl, num_warps=4, launch_pdl=pdl,
+        GROUP=q_heads // kv_heads, D=head_dim, BLOCK_S=block_s, PDL=pdl, num_warps=warps, launch_pdl=pdl,
     )
     return out
+
+
+def merge_launch(merge_block: int, n_splits: int, head_dim: int, merge_rows: int) -> tuple[int, int]:
+    """Stage 2's splits per iteration and warps for `merge_rows` (B * H_q * T_q) merges of `n_splits` partials.
+
+    Up to FITTED_MERGE_SPLITS splits the tile holds just the call's splits (a power of two) in a warp per 512 of its
+    elements, at head_dim 256 only from WIDE_HEAD_FITTED_MERGE_ROWS merges on; otherwise `merge_block` splits in 4
+    warps. With 4-6 splits (batch 3-32 at 1k, batch 32 at any length) that 64-split tile spent the merge on
+    masked-off splits: fitted, batch 32 / 1k took 0.75-0.96x the time (group 16: head_dim 64 47.9 -> 40.3 us, 128
+    64.9 -> 49.0, 256 127.2 -> 107.9) and batch 3-8 / 1k 0.87-1.00x, no point of the 108 more than 1 % slower. Fitted
+    everywhere, 16-19 splits in a 32-split tile (batch 3-8 / 8k) took up to 1.12x and head_dim 256 below 1,024
+    merged rows 1.02-1.07x at 1k (H200, results/bench/bench_kernel_grid_merge_h200.md)."""
+    if n_splits > FITTED_MERGE_SPLITS or (head_dim > 128 and merge_rows < WIDE_HEAD_FITTED_MERGE_ROWS):
+        return merge_block, 4
+    block_s = min(merge_block, triton.next_power_of_2(n_splits))
+    return block_s, max(1, min(4, block_s * head_dim // 512))
 
 
 def uses_pdl(cfg: DecodeConfig, device: torch.device, on_gpu: bool) -> bool:
