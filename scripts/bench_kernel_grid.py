@@ -68,8 +68,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, copy_tbs: float) -> dict
         row[f"{name}_ms"], row[f"{name}_of_copy"] = ms, nbytes / ms / 1e9 / copy_tbs
     row["int2_vs_sdpa"] = row["sdpa_ms"] / row["int2_ms"]
     row["int2_vs_bf16_kernel"] = row["bf16_kernel_ms"] / row["int2_ms"]
-    row["grid"] = point_grid(batch, ctx, shape)
     spec = int_spec(2, shape.head_dim)
+    row["grid"] = point_grid(batch, ctx, shape, spec)
     row["int2_group"] = spec.group
     row["config"] = str(point_launch(batch, ctx, shape, spec, spec))
     return row

@@ -35,7 +35,7 @@ from torch.nn.attention.bias import causal_lower_right
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.decode import (GRIDS, DecodeConfig, decode_attention, default_config, default_launch,  # noqa: E402
-                            grid_size)
+                            grid_size, launch_grid)
 from kernels.quant import quantize_pack  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
@@ -122,11 +122,15 @@ def point_launch(batch: int, ctx: int, shape: AttnShape, k_spec: QuantSpec, v_sp
     return default_launch(shape.head_dim, k_spec, v_spec, shape.rows, batch * shape.kv_heads, sms, ctx - SINK - RECENT)
 
 
-def point_grid(batch: int, ctx: int, shape: AttnShape) -> str:
-    """The launch family (`kernels.decode.grid_size`) a decode call of this point takes by default: `batch` x KV heads
-    units over ctx - SINK - RECENT packed history rows on GPU 0."""
+def point_grid(batch: int, ctx: int, shape: AttnShape, spec: QuantSpec | None = None) -> str:
+    """The launch family a decode call of this point takes by default: `batch` x KV heads units over ctx - SINK -
+    RECENT packed history rows on GPU 0 (`kernels.decode.launch_grid` for K and V stored as `spec`, else
+    `grid_size`)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return grid_size(batch * shape.kv_heads, sms, ctx - SINK - RECENT, shape.rows)
+    units, history = batch * shape.kv_heads, ctx - SINK - RECENT
+    if spec is None:
+        return grid_size(units, sms, history, shape.rows)
+    return launch_grid(shape.head_dim, spec, spec, shape.rows, units, sms, history)
 
 
 def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:

@@ -344,6 +344,24 @@ def test_grid_size_picks_the_launch_family():
         default_config(128, on_gpu=True, grid="huge")
 
 
+def test_wide_rows_at_2_bits_take_medium_within_its_token_bound():
+    """More than 8 query rows over 2-bit per-token K and V at head_dim <= 128 take the two-warp "medium" family up to
+    20k packed tokens per SM at any batch (batch 32: 1k and 8k, not 32k); 8 rows, 4-bit K and V, head_dim 256 and a
+    launch without packed history keep `grid_size`'s family (results/bench/sweep_short_large_h200.md)."""
+    from kernels.decode.launch import default_launch, launch_grid
+    int4 = QuantSpec(bits=4, group=128)
+    assert launch_grid(128, INT2[128], INT2[128], 16, 256, 132, 7872) == "medium"
+    assert launch_grid(64, INT2[64], INT2[64], 12, 256, 132, 704) == "medium"
+    assert launch_grid(128, INT2[128], INT2[128], 16, 256, 132, 32448) == "large"         # past the token bound
+    assert launch_grid(128, INT2[128], INT2[128], 8, 256, 132, 7872) == "large"           # 8 rows
+    assert launch_grid(128, int4, int4, 16, 256, 132, 7872) == "large"                     # 4-bit
+    assert launch_grid(256, INT2[256], INT2[256], 16, 256, 132, 7872) == "large"          # head_dim 256
+    assert launch_grid(128, INT2[128], INT2[128], 16, 256, 132, 0) == "large"             # no packed history
+    assert launch_grid(128, INT2[128], INT2[128], 16, 8, 132, 7872) == "tiny"             # other families as before
+    cfg = default_launch(128, INT2[128], INT2[128], 16, 256, 132, 7872)
+    assert (cfg.block_n, cfg.num_warps) == (128, 2)
+
+
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
     """More than 8 query rows, 2-bit per-token K and V of whole fields, fewer units than SMs and at most 4,096 packed
     tokens: 8-row programs; not at 8k, not with as many units as SMs (at head_dim 256 not from one unit per 4 SMs on),

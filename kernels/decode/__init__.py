@@ -38,8 +38,8 @@ under TRITON_INTERPRET everything is fp32 and matches `decode_attention_referenc
 from kernels.decode.common import (CHANNEL, FIELD_EXACT, FIELD_TINY, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN,
                                    TOKEN_GROUPED, WARP_TILE_ROWS)
 from kernels.decode.launch import (GRIDS, DecodeConfig, decode_attention, default_config, default_launch,
-                                   grid_size, launch_config, per_token_layouts, single_group_layouts, uses_pdl,
-                                   uses_token_pairs, uses_warp_tiles)
+                                   grid_size, launch_config, launch_grid, per_token_layouts, single_group_layouts,
+                                   uses_pdl, uses_token_pairs, uses_warp_tiles)
 from kernels.decode.packed import _field_ptx
 from kernels.decode.reference import check_decode_inputs, decode_attention_reference
 from kernels.decode.stage1 import _decode_stage1_kernel
@@ -47,6 +47,6 @@ from kernels.dispatch import HEAD_DIMS
 
 __all__ = ["CHANNEL", "FIELD_EXACT", "FIELD_TINY", "HEAD_DIMS", "LOG2E", "MAX_ROWS", "ROW_BLOCK", "TOKEN",
            "TOKEN_GROUPED", "WARP_TILE_ROWS", "GRIDS", "DecodeConfig", "decode_attention", "default_config",
-           "default_launch", "grid_size", "launch_config", "per_token_layouts", "single_group_layouts", "uses_pdl",
+           "default_launch", "grid_size", "launch_config", "launch_grid", "per_token_layouts", "single_group_layouts", "uses_pdl",
            "uses_token_pairs", "uses_warp_tiles", "_field_ptx",
            "check_decode_inputs", "decode_attention_reference", "_decode_stage1_kernel"]

@@ -224,12 +224,27 @@ def eight_row_programs(cfg: DecodeConfig, head_dim: int, rows: int, units: int, 
     return replace(cfg, warp_rows=WARP_TILE_ROWS) if short or grouped_wide_head else cfg
 
 
+def launch_grid(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
+                history_tokens: int) -> str:
+    """`grid_size`'s family, except that more than WARP_TILE_ROWS query rows over 2-bit per-token K and V at head_dim
+    <= 128 (`two_bit_token_layouts`) take "medium" (two-warp 128-token programs) within its token bound
+    (WIDE_ROWS_MEDIUM_TOKENS_PER_SM packed tokens per SM) however many units there are. H200 sweep at batch 32 (256
+    units), groups 12 and 16 (results/bench/sweep_short_large_h200.md): 1k 0.88-0.98x the large grid's time
+    (head_dim 64 group 16 0.040 -> 0.035 ms), 8k 0.95-0.97x (head_dim 64 group 16 0.137 -> 0.132 ms, SDPA's time);
+    with up to 8 rows (group 4) it was 5 % slower at 8k, so those keep `grid_size`'s family. Batch 9-16 within the
+    bound (H100: two-warp programs lost only beyond it, at batch 12 / 32k) were not measured."""
+    grid = grid_size(units, sms, history_tokens, rows)
+    wide_rows = rows > WARP_TILE_ROWS and head_dim <= 128 and two_bit_token_layouts(k_spec, v_spec, head_dim)
+    within_bound = 0 < history_tokens and units * history_tokens <= WIDE_ROWS_MEDIUM_TOKENS_PER_SM * sms
+    return "medium" if grid == "large" and wide_rows and within_bound else grid
+
+
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
                    history_tokens: int) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
-    pairs of `rows` query rows over `history_tokens` packed tokens: the family by `grid_size`, its launch by
+    pairs of `rows` query rows over `history_tokens` packed tokens: the family by `launch_grid`, its launch by
     `launch_config`, then `eight_row_programs`."""
-    grid = grid_size(units, sms, history_tokens, rows)
+    grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
     return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
