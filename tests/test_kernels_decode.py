@@ -100,7 +100,7 @@ def test_merge_tile_fitted_to_few_splits():
     assert merge_launch(64, 4, 64, 4096) == (4, 1)
     assert merge_launch(64, 8, 128, 8) == (8, 2)
     assert merge_launch(4, 7, 128, 8) == (4, 1)             # never above the configured tile
-    assert merge_launch(64, 9, 128, 8) == (64, 4)           # 16-19 splits: the 32-split tile was slower
+    assert merge_launch(64, 9, 128, 8) == (64, 4)           # more than 8 (16-19 splits in a 32-split tile: slower)
     assert merge_launch(64, 5, 256, 1023) == (64, 4)        # head_dim 256, few merges
     assert merge_launch(64, 5, 256, 1024) == (8, 4)
 

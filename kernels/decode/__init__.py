@@ -47,6 +47,6 @@ from kernels.dispatch import HEAD_DIMS
 
 __all__ = ["CHANNEL", "FIELD_EXACT", "FIELD_TINY", "HEAD_DIMS", "LOG2E", "MAX_ROWS", "ROW_BLOCK", "TOKEN",
            "TOKEN_GROUPED", "WARP_TILE_ROWS", "GRIDS", "DecodeConfig", "decode_attention", "default_config",
-           "default_launch", "grid_size", "launch_config", "launch_grid", "per_token_layouts", "single_group_layouts", "uses_pdl",
-           "uses_token_pairs", "uses_warp_tiles", "_field_ptx",
+           "default_launch", "grid_size", "launch_config", "launch_grid", "per_token_layouts", "single_group_layouts",
+           "uses_pdl", "uses_token_pairs", "uses_warp_tiles", "_field_ptx",
            "check_decode_inputs", "decode_attention_reference", "_decode_stage1_kernel"]
