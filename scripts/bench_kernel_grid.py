@@ -15,9 +15,10 @@ replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides t
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
 $OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files, the issue's
-kernel targets counted over all their rows (`target_summary`), then each file's table; with --against (other saved
-runs, e.g. another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same points
-(`time_ratios`).
+kernel targets counted once per point (a later file's row of a point replaces an earlier one: a partial re-run over
+a full grid; runs of different GPUs are refused) (`target_summary`), then each file's table; with --against (other
+saved runs, e.g. another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same
+points (`time_ratios`).
 """
 from __future__ import annotations
 
@@ -150,12 +151,33 @@ def _described(payloads: list[dict]) -> str:
                      for p in payloads)
 
 
+def newest_rows(payloads: list[dict]) -> tuple[list[dict], int]:
+    """The saved runs' rows, one per grid point: a later run's row of a point replaces an earlier one (a partial
+    re-run over a full grid) -> (rows, how many were replaced)."""
+    by_point = {}
+    for payload in payloads:
+        by_point.update({_point(r): r for r in payload["rows"]})
+    return list(by_point.values()), sum(len(p["rows"]) for p in payloads) - len(by_point)
+
+
+def one_device(payloads: list[dict], flag: str) -> None:
+    """Refuse, in one sentence, runs of different GPUs counted together."""
+    devices = sorted({p["device"] for p in payloads})
+    if len(devices) > 1:
+        raise SystemExit(f"{flag}: these runs come from different GPUs ({', '.join(devices)}); count each GPU's runs "
+                         f"apart, or compare them with --against.")
+
+
 def from_json(paths: list[str], against: list[str] | None = None) -> str:
-    """The targets over every saved run's rows, the time ratios against other runs if given, then each run's table
-    (what --from-json prints)."""
+    """The targets over the saved runs' rows (one per point, the last file's: `newest_rows`), the time ratios
+    against other runs if given, then each run's table (what --from-json prints)."""
     payloads = [json.loads(Path(p).read_text()) for p in paths]
-    rows = [r for p in payloads for r in p["rows"]]
+    one_device(payloads, "--from-json")
+    rows, replaced = newest_rows(payloads)
     parts = [target_summary(rows)]
+    if replaced:
+        parts.append(f"{replaced} rows of earlier files were replaced by a later file's row of the same point: the "
+                     f"targets count each point once, from the last file that holds it.")
     if against:
         baseline = [json.loads(Path(p).read_text()) for p in against]
         parts += [f"Against {_described(baseline)} (these runs: {_described(payloads)}):",

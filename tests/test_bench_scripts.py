@@ -388,6 +388,38 @@ def test_kernel_grid_time_ratios_pair_the_same_points(monkeypatch):
     assert "| 128 | 1 | 2.00 (2.00-2.00) | 2.00 (2.00-2.00) |" in text      # the later baseline row of a point
 
 
+def test_kernel_grid_counts_a_point_once_from_the_last_run_and_one_gpu_at_a_time(monkeypatch):
+    """--from-json over a full run and a partial re-run counts each point once, from the later file (a re-run of the
+    same points used to be counted twice); runs of two GPUs are refused in one sentence."""
+    import pytest
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_kernel_grid import newest_rows, one_device
+
+    def row(batch, vs_sdpa):
+        return dict(head_dim=64, group=4, batch=batch, ctx=1024, int2_vs_sdpa=vs_sdpa)
+    full = {"device": "GPU A", "rows": [row(1, 0.9), row(8, 1.2)]}
+    rerun = {"device": "GPU A", "rows": [row(1, 1.1)]}
+    rows, replaced = newest_rows([full, rerun])
+    assert replaced == 1 and sorted((r["batch"], r["int2_vs_sdpa"]) for r in rows) == [(1, 1.1), (8, 1.2)]
+    one_device([full, rerun], "--from-json")
+    with pytest.raises(SystemExit, match="these runs come from different GPUs \\(GPU A, GPU B\\)"):
+        one_device([full, {**rerun, "device": "GPU B"}], "--from-json")
+
+
+def test_kernel_grid_merge_table_is_rebuilt_from_its_runs():
+    """bench_kernel_grid_merge_h200.md holds what --from-json prints for its first run with the fitted merge
+    --against the base run of the same call (targets, time ratios and the run's table)."""
+    bench = ROOT / "results" / "bench"
+    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json",
+                           str(bench / "bench_kernel_grid_merge_h200_new1.json"), "--against",
+                           str(bench / "bench_kernel_grid_merge_h200_base2.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = (bench / "bench_kernel_grid_merge_h200.md").read_text()
+    lines = [line for line in proc.stdout.splitlines() if line.strip() and not line.startswith("Against")]
+    assert len(lines) > 100 and all(line in committed for line in lines)
+
+
 def test_kernel_grid_h200_table_is_rebuilt_against_the_h100_runs():
     """bench_kernel_grid_h200.md is what --from-json prints for the H200 runs --against the H100 runs (the time
     ratios included); --against alone is refused in one sentence."""
