@@ -14,11 +14,11 @@ that key had one per row at every head_dim). Timings are CUDA-graph
 replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides the bytes a call must move
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
-$OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files, the issue's
-kernel targets counted once per point (a later file's row of a point replaces an earlier one: a partial re-run over
-a full grid; runs of different GPUs are refused) (`target_summary`), then each file's table; with --against (other
-saved runs, e.g. another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same
-points (`time_ratios`).
+$OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files of one GPU,
+the issue's kernel targets (`target_summary`), each point counted once (a later file's row of a point replaces an
+earlier one: a partial re-run over a full grid), then each file's table; with --against (other saved runs, e.g.
+another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same points
+(`time_ratios`).
 """
 from __future__ import annotations
 

@@ -69,10 +69,16 @@ def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_R
         return "tiny"
     if units <= sms // 8:
         return "small"
-    wide_rows_bound = 2 * units <= sms and units * history_tokens <= WIDE_ROWS_MEDIUM_TOKENS_PER_SM * sms
+    wide_rows_bound = 2 * units <= sms and within_wide_rows_tokens(units, sms, history_tokens)
     if not packed or units >= sms or (rows > WARP_TILE_ROWS and not wide_rows_bound):
         return "large"
     return "medium"
+
+
+def within_wide_rows_tokens(units: int, sms: int, history_tokens: int) -> bool:
+    """A packed history of at most WIDE_ROWS_MEDIUM_TOKENS_PER_SM tokens per SM over all units: how far "medium"
+    serves more than WARP_TILE_ROWS rows (`grid_size`, `launch_grid`)."""
+    return 0 < history_tokens and units * history_tokens <= WIDE_ROWS_MEDIUM_TOKENS_PER_SM * sms
 
 
 def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: bool = True,
@@ -235,8 +241,7 @@ def launch_grid(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, 
     bound (H100: two-warp programs lost only beyond it, at batch 12 / 32k) were not measured."""
     grid = grid_size(units, sms, history_tokens, rows)
     wide_rows = rows > WARP_TILE_ROWS and head_dim <= 128 and two_bit_token_layouts(k_spec, v_spec, head_dim)
-    within_bound = 0 < history_tokens and units * history_tokens <= WIDE_ROWS_MEDIUM_TOKENS_PER_SM * sms
-    return "medium" if grid == "large" and wide_rows and within_bound else grid
+    return "medium" if grid == "large" and wide_rows and within_wide_rows_tokens(units, sms, history_tokens) else grid
 
 
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
