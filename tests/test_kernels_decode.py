@@ -362,6 +362,28 @@ def test_wide_rows_at_2_bits_take_medium_within_its_token_bound():
     assert (cfg.block_n, cfg.num_warps) == (128, 2)
 
 
+def test_short_histories_on_the_large_grid_take_two_warp_128_token_programs():
+    """Up to 8 query rows over at most 4,096 packed tokens of 2-bit per-token K and V at head_dim <= 128, with as many
+    units as SMs or more: the large grid's launch with 128-token tiles in two warps, its split density and register
+    cap kept; not at 8k, not at head_dim 256, not for 4-bit or channel keys, not below the large grid
+    (results/bench/sweep_short_rows8_h200.md)."""
+    from kernels.decode.launch import default_launch
+    kivi = QuantSpec(bits=2, group=32, axis="channel")
+    large = default_config(128, on_gpu=True, grid="large")
+
+    def tile(head_dim=128, rows=4, units=256, tokens=3776, k=None, v=None):
+        cfg = default_launch(head_dim, k or INT2[head_dim], v or INT2[head_dim], rows, units, 132, tokens)
+        return cfg.block_n, cfg.num_warps
+    assert tile() == (128, 2) and tile(head_dim=64, rows=8, tokens=704) == (128, 2) and tile(tokens=4096) == (128, 2)
+    cfg = default_launch(128, INT2[128], INT2[128], 4, 256, 132, 704)
+    assert (cfg.programs_per_sm, cfg.maxnreg, cfg.num_stages) == (large.programs_per_sm, large.maxnreg, 3)
+    assert tile(tokens=7872) == (256, 4) and tile(head_dim=256) != (128, 2) and tile(tokens=0) == (256, 4)
+    assert tile(k=QuantSpec(bits=4, group=128), v=QuantSpec(bits=4, group=128)) != (128, 2)
+    assert tile(k=kivi) != (128, 2)
+    assert tile(units=128) == (128, 2) and default_launch(128, INT2[128], INT2[128], 4, 128, 132, 3776).programs_per_sm \
+        == 16                                                                       # batch 16: the medium family's own
+
+
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
     """More than 8 query rows, 2-bit per-token K and V of whole fields, fewer units than SMs and at most 4,096 packed
     tokens: 8-row programs; not at 8k, not with as many units as SMs (at head_dim 256 not from one unit per 4 SMs on),

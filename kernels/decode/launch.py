@@ -237,20 +237,37 @@ def launch_grid(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, 
     (WIDE_ROWS_MEDIUM_TOKENS_PER_SM packed tokens per SM) however many units there are. H200 sweep at batch 32 (256
     units), groups 12 and 16 (results/bench/sweep_short_large_h200.md): 1k 0.88-0.98x the large grid's time
     (head_dim 64 group 16 0.040 -> 0.035 ms), 8k 0.95-0.97x (head_dim 64 group 16 0.137 -> 0.132 ms, SDPA's time);
-    with up to 8 rows (group 4) it was 5 % slower at 8k, so those keep `grid_size`'s family. Batch 9-16 within the
-    bound (H100: two-warp programs lost only beyond it, at batch 12 / 32k) were not measured."""
+    with up to 8 rows (group 4) it was 5 % slower at 8k, so those keep `grid_size`'s family (and, up to 4k,
+    `short_history_two_warps`). At batch 12 and 16 (1k-16k, groups 12 and 16) it took 0.84-0.97x the large grid's
+    time (results/bench/sweep_short_rows8_h200.md)."""
     grid = grid_size(units, sms, history_tokens, rows)
     wide_rows = rows > WARP_TILE_ROWS and head_dim <= 128 and two_bit_token_layouts(k_spec, v_spec, head_dim)
     return "medium" if grid == "large" and wide_rows and within_wide_rows_tokens(units, sms, history_tokens) else grid
+
+
+def short_history_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int,
+                            k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with the large grid's tile halved to 128 tokens in two-warp programs (its split density and register cap
+    kept) where up to WARP_TILE_ROWS query rows read at most SHORT_HISTORY_TOKENS packed tokens of 2-bit per-token K
+    and V at head_dim <= 128 on the large grid (as many units as SMs or more: batch >= 17 at 8 KV heads). H200 sweep,
+    groups 1 / 3 / 4 / 8 at batch 24 / 1k and batch 32 / 1k-8k (results/bench/sweep_short_rows8_h200.md): up to 4k
+    0.84-0.95x the time at head_dim 64 (batch 32 / 1k 0.024-0.026 -> 0.021-0.023 ms, SDPA 0.022) and 0.87-0.97x at
+    128; at 8k 1.01-1.07x, at head_dim 256 1.14-1.21x everywhere. The medium family's 16 programs per SM were
+    slower at batch 32 / 1k (sweep_short_large_h200.md)."""
+    if grid != "large" or rows > WARP_TILE_ROWS or head_dim > 128 or not 0 < history_tokens <= SHORT_HISTORY_TOKENS \
+            or not two_bit_token_layouts(k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, block_n=128, num_warps=2)
 
 
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
                    history_tokens: int) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens: the family by `launch_grid`, its launch by
-    `launch_config`, then `eight_row_programs`."""
+    `launch_config`, then `short_history_two_warps` and `eight_row_programs`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
+    cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
 

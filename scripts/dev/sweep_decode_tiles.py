@@ -34,6 +34,8 @@ checks each variant against the reference (a wrong unpack shows as a large error
         # short histories with as many units as SMs or more (batch 8-32 at 1k-4k): splits, tiles, rows, one launch
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 32:1024,32:8192 --grid warps2_batch32
         # the same, two-warp 128-token programs only
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 12:1024,16:8192 --grid wide_rows_large
+        # more than 8 rows at batch 9-16: the default's two-warp 128-token programs against the large grid's tile
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 26:102400,20:102400,32:102400 --grid waves
         # split density at large batches: does a filled last wave of programs pay? (results/bench/sweep_decode_waves.md)
 
@@ -130,6 +132,7 @@ GRIDS = {
                     {"warp_rows": 8}, {"warp_rows": 8, "min_split_tiles": 1}, {"single_launch": True},
                     {"single_launch": True, "min_split_tiles": 1}, {"maxnreg": None}, {"num_stages": 2}],
     "warps2_batch32": [{}, {"block_n": 128, "num_warps": 2}, {"block_n": 128, "num_warps": 2, "min_split_tiles": 1}],
+    "wide_rows_large": [{}, {"block_n": 256, "num_warps": 4}, {"block_n": 256, "num_warps": 4, "maxnreg": 168}],
     "waves": [{}, {"programs_per_sm": 4}, {"programs_per_sm": 6}, {"programs_per_sm": 10}, {"programs_per_sm": 12},
               {"programs_per_sm": 16}, {"programs_per_sm": 20}, {"programs_per_sm": 24}, {"programs_per_sm": 32},
               {"programs_per_sm": 40}],
