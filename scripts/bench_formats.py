@@ -81,7 +81,7 @@ def format_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -
     d, k_spec, v_spec = shape.head_dim, quantizer.key_spec, quantizer.value_spec
     grid, rows = point_grid(batch, ctx, shape), shape.rows
     if fmt == "turboquant_k3v3":
-        return turbo_gpu_config(d, grid)
+        return turbo_gpu_config(d, grid, ctx - SINK - RECENT)
     if fmt in LAUNCH_CHANGES:
         return replace(default_config(d, True, grid, per_token_layouts(k_spec, v_spec, d), rows), **LAUNCH_CHANGES[fmt])
     return point_launch(batch, ctx, shape, k_spec, v_spec)

@@ -175,3 +175,16 @@ def test_decode_kernel_refuses_bad_inputs(mutate, match):
     with pytest.raises(ValueError, match="16 tokens per warp"):
         decode_attention_turbo(*args, sm_scale=0.125, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
                                centroids=quantizer.centroids, config=DecodeConfig(block_n=64, num_warps=8))
+
+
+def test_short_histories_on_the_batch_1_2_grids_take_shorter_splits():
+    """Tiny and small grids: one-tile splits up to 4,096 history tokens, two-tile up to 8,192 (at head_dim 256 on the
+    tiny grid only), the launch's 4 beyond and on the medium and large grids
+    (results/bench/bench_formats_turbo_short_h200.md)."""
+    from kernels.turbo.decode import gpu_config
+    assert gpu_config(128, "tiny", 704).min_split_tiles == 1 and gpu_config(64, "small", 4096).min_split_tiles == 1
+    assert gpu_config(128, "small", 7872).min_split_tiles == 2 and gpu_config(256, "tiny", 7872).min_split_tiles == 2
+    assert gpu_config(256, "small", 7872).min_split_tiles == 4 and gpu_config(128, "tiny", 32448).min_split_tiles == 4
+    assert gpu_config(128, "medium", 704).min_split_tiles == 4 and gpu_config(128, "large", 704).min_split_tiles == 4
+    assert gpu_config(128, "tiny").min_split_tiles == 4
+    assert gpu_config(128, "tiny", 704).num_warps == 2 and gpu_config(128, "large", 704).maxnreg == 168

@@ -19,8 +19,8 @@ import triton.language as tl
 
 from kernels.decode.common import LOG2E, _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
-from kernels.decode.launch import (DecodeConfig, _sm_count, _warp_rows, check_launch, default_config, grid_size,
-                                   run_split_k)
+from kernels.decode.launch import (SHORT_HISTORY_TOKENS, DecodeConfig, _sm_count, _warp_rows, check_launch,
+                                   default_config, grid_size, run_split_k)
 from kernels.decode.reference import check_segments
 from kernels.dispatch import interpreter_forced
 from kernels.turbo.history import _turbo_warp_tiles
@@ -29,8 +29,9 @@ from kernels.turbo.layout import TIGHT_BITS, part_shapes
 GPU_CONFIG = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=2, merge_block=64)
 
 
-def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
-    """The GPU launch on `kernels.decode.grid_size`'s grid: 128-token tiles in four warps (32 tokens per warp); two
+def gpu_config(head_dim: int, grid: str, history_tokens: int | None = None) -> DecodeConfig:
+    """The GPU launch on `kernels.decode.grid_size`'s grid over `history_tokens` packed tokens per (sequence, KV head)
+    (None: a long history), with `short_history_split_tiles`: 128-token tiles in four warps (32 tokens per warp); two
     warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap at head_dim 128 on the medium
     and large grids. H100, K3V3, group 4, 32k and 100k (`bench_formats.py --launch`,
     results/bench/bench_formats_turbo.md): two warps took batch 1 from 0.094 to 0.083 ms at head_dim 128 and from
@@ -38,11 +39,31 @@ def gpu_config(head_dim: int, grid: str) -> DecodeConfig:
     256; the cap took batch 8 / 32k from 0.431 to 0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim
     128 and was slower at 64 and 256 and at batch 1; 256-token tiles and eight warps were slower or mixed."""
     small = grid in ("tiny", "small")
+    cfg = GPU_CONFIG
     if small and head_dim <= 128:
-        return replace(GPU_CONFIG, num_warps=2)
-    if head_dim == 128:
-        return replace(GPU_CONFIG, maxnreg=168)
-    return GPU_CONFIG
+        cfg = replace(cfg, num_warps=2)
+    elif head_dim == 128:
+        cfg = replace(cfg, maxnreg=168)
+    tiles = short_history_split_tiles(grid, head_dim, history_tokens)
+    return replace(cfg, min_split_tiles=tiles) if tiles else cfg
+
+
+def short_history_split_tiles(grid: str, head_dim: int, history_tokens: int | None) -> int | None:
+    """Fewest tiles per history split on the tiny and small grids (batch 1-2 at 8 KV heads) over a short history:
+    1 up to SHORT_HISTORY_TOKENS, 2 up to twice that (at head_dim 256 on the tiny grid only); None (the launch's
+    4) otherwise. With 4 a 1k history took two splits of three tiles, each a long chain of dependent unpacks. H200,
+    group 4 (results/bench/bench_formats_turbo_short_h200.md): batch 1 / 1k 0.027 -> 0.014 ms at head_dim 128,
+    0.026 -> 0.013 at 64, 0.040 -> 0.020 at 256; batch 1 / 4k 0.035 / 0.034 / 0.050 -> 0.017 / 0.015 / 0.031; batch
+    2 / 1k 0.027 / 0.026 / 0.040 -> 0.015 / 0.013 / 0.028. At 8k two tiles: batch 1 0.037 / 0.033 / 0.070 -> 0.026 /
+    0.023 / 0.045, batch 2 0.045 / 0.040 -> 0.033 / 0.028 (head_dim 256 there 0.079 -> 0.083: kept at 4); at 32k
+    both were slower (head_dim 128 batch 1 0.054 -> 0.057-0.060), at 100k equal."""
+    if grid not in ("tiny", "small") or history_tokens is None or history_tokens <= 0:
+        return None
+    if history_tokens <= SHORT_HISTORY_TOKENS:
+        return 1
+    if history_tokens <= 2 * SHORT_HISTORY_TOKENS and (head_dim <= 128 or grid == "tiny"):
+        return 2
+    return None
 
 
 def centroid_byte_table(centroids: torch.Tensor) -> tuple[int, int, int, int]:
@@ -132,7 +153,8 @@ def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero,
     group, on_gpu = q_heads // kv_heads, q.is_cuda and not interpreter_forced()
     if config is None and on_gpu:
         sms = _sm_count(q.device.index or 0)
-        config = gpu_config(head_dim, grid_size(q.shape[0] * kv_heads, sms, k_codes.shape[2], group * q_tokens))
+        history = k_codes.shape[2]
+        config = gpu_config(head_dim, grid_size(q.shape[0] * kv_heads, sms, history, group * q_tokens), history)
     cfg = config or default_config(head_dim, on_gpu=False)
     if cfg.block_n // cfg.num_warps < 16:
         raise ValueError(f"TurboQuant's warp tiles need at least 16 tokens per warp (the MMA's M), got block_n "
