@@ -53,6 +53,7 @@ ID_NEUTRAL_DEFAULTS: dict[tuple[str, str], object] = {
     ("task", "max_new_tokens"): None,         # LongBench's cap (null: its per-dataset budgets); other tasks set it
     ("task", "prefill_chunk"): None,          # tokens per prefill forward (null: the whole prompt in one)
     ("quantizer", "chunk_keeps_recent"): True,  # a non-final prefill chunk keeps its recent window in full precision
+    ("quantizer", "prefill_attends_quantized"): False,  # a prefill chunk attends to its own rows in full precision
 }
 DRY_RUN_SUFFIX = "@random"    # a random-weight model's rows are <model>@random (report/tables.py leaves them out)
 
@@ -314,6 +315,7 @@ def execute(plan: CellPlan, device: str, recorder, memory=None):
                                          static_decode=static_decode, paths=paths, compile_step=compile_step)
         clock = paths.pop("clock", None)
         recorder.run = {"kernels": seam.use_kernels, "kernels_setting": str(cfg.kernels), "device": device,
+                        "prefill_attends_quantized": plan.quantizer.prefill_attends_quantized,
                         "static_decode": static_decode, "decode_batches": paths,
                         "decode_timing": clock.as_row() if clock else None, "compile_step": compile_step,
                         "weights": loaded.weights, "tokenizer": loaded.tokenizer_name,

@@ -39,10 +39,15 @@ class KVQuantizer:
     rotation_dtype: str = "float32"  # runtime rotations in fp32, or "model": in the activations' dtype (as released)
     chunk_keeps_recent: bool = True  # a non-final prefill chunk keeps its recent window in full precision; False:
                                      # every token past the sink is quantized, as the release's server (§7.2)
+    prefill_attends_quantized: bool = False  # a prefill chunk attends to K/V as the cache stores them (sink and recent
+                                             # rows in full precision, the rest through the quantizer); False: to its
+                                             # own rows in full precision (serving semantics, OSCAR's protocol)
 
-    def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True, **options):
+    def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True, prefill_attends_quantized: bool = False,
+                 **options):
         self.options = options
         self.chunk_keeps_recent = bool(chunk_keeps_recent)
+        self.prefill_attends_quantized = bool(prefill_attends_quantized)
         if name:
             self.name = name
 
@@ -52,6 +57,7 @@ class KVQuantizer:
 
         Subclasses extend it (calling super().validate()): the one `harness.pipeline.validate` pass of a cell."""
         check_windows(self.name, self.sink_tokens, self.recent_tokens, self.page_tokens)
+        check_prefill_semantics(self)
 
     def check(self, model_config) -> None:
         """Raise ValueError (one sentence) if this quantizer cannot run on the model; called before weights load."""
@@ -110,6 +116,21 @@ class KVQuantizer:
 
     def describe(self) -> dict:
         return {"name": self.name, "sink": self.sink_tokens, "recent": self.recent_tokens, **self.options}
+
+
+def check_prefill_semantics(quantizer: KVQuantizer) -> None:
+    """`prefill_attends_quantized` where the seam's cache can honour it: a chunk attends to its layer's rows as
+    stored once it is written, which a non-final chunk under `chunk_keeps_recent=False` does not know yet (the next
+    chunk quantizes its recent window), and a quantizer with a cache of its own (transformers' QuantizedCache)
+    prefills through that cache, not the seam's."""
+    if not quantizer.prefill_attends_quantized:
+        return
+    if not quantizer.chunk_keeps_recent:
+        raise ValueError(f"{quantizer.name}: prefill_attends_quantized=true needs chunk_keeps_recent=true (with false "
+                         f"a non-final prefill chunk's stored rows are not known while it attends).")
+    if has_own_cache(quantizer):
+        raise ValueError(f"{quantizer.name}: prefill_attends_quantized=true is not supported by a quantizer with its "
+                         f"own cache (its prefill attends in full precision).")
 
 
 def check_windows(name: str, sink: int | None, recent: int, page: int) -> None:

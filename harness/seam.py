@@ -54,7 +54,7 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
         if key.keys is None:
             out = kernel_decode(key.layer, query, attention_mask, scaling)
             return unrotate_output(module, out, kernel_path), None
-        key, value, pads = key.keys, key.values, key.layer.pad
+        (key, value), pads = prefill_operands(key), key.layer.pad
     window = getattr(module, "sliding_window", None)
     by_padding = pads is not None and padded_causal_prefill(query, attention_mask, window, kwargs.get("softcap"))
     if padding_rows_only(query, attention_mask) and not by_padding:
@@ -72,6 +72,16 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
         out, _ = sdpa_attention_forward(module, query, key, value, attention_mask,
                                         scaling=scaling, dropout=dropout, **kwargs)   # [B, T_q, H_q, D]
     return unrotate_output(module, out, kernel_path), None
+
+
+def prefill_operands(view: KVView) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K and V [B, H_kv, T_kv, D] a prefill chunk attends to: the layer's rows with the chunk's own in full
+    precision, or, under the quantizer's `prefill_attends_quantized`, every row as the cache now stores it (sink and
+    recent window in full precision, the rest read back from the quantized history), the chunk's padding known
+    (`observe_padding` settled it)."""
+    if not view.layer.quantizer.prefill_attends_quantized:
+        return view.keys, view.values
+    return view.layer.materialize()
 
 
 def grouped_masked_prefill(query, key, value, attention_mask) -> bool:

@@ -31,6 +31,8 @@ def test_an_option_added_at_its_old_default_keeps_the_cell_id():
     assert cell_id("quantizer=oscar", "quantizer.key_target=tensor") != plain
     assert cell_id("quantizer=oscar", "+quantizer.chunk_keeps_recent=true") == plain
     assert cell_id("quantizer=oscar", "+quantizer.chunk_keeps_recent=false") != plain
+    assert cell_id("quantizer=oscar", "+quantizer.prefill_attends_quantized=false") == plain
+    assert cell_id("quantizer=oscar", "+quantizer.prefill_attends_quantized=true") != plain
 
 
 def test_settings_that_change_results_change_the_id_and_code_paths_do_not():
@@ -62,6 +64,7 @@ def test_rows_record_settings_artifacts_run_and_git(tmp_path, monkeypatch):
     assert set(row["artifacts"]) == {"k_rotation_qqt_r_h_pbr.pt", "v_rotation_sst_r_h_pbr.pt", "calibration_text"}
     assert all(len(digest) == 16 for digest in row["artifacts"].values())
     assert row["run"]["device"] == "cpu" and row["run"]["kernels"] is False
+    assert row["run"]["prefill_attends_quantized"] is False                   # recorded even at its default
     assert isinstance(row["git_dirty"], bool) and row["git_sha"]
 
 
