@@ -46,8 +46,8 @@ class KVQuantizer:
     def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True, prefill_attends_quantized: bool = False,
                  **options):
         self.options = options
-        self.chunk_keeps_recent = bool(chunk_keeps_recent)
-        self.prefill_attends_quantized = bool(prefill_attends_quantized)
+        self.chunk_keeps_recent = boolean_option("chunk_keeps_recent", chunk_keeps_recent)
+        self.prefill_attends_quantized = boolean_option("prefill_attends_quantized", prefill_attends_quantized)
         if name:
             self.name = name
 
@@ -116,6 +116,14 @@ class KVQuantizer:
 
     def describe(self) -> dict:
         return {"name": self.name, "sink": self.sink_tokens, "recent": self.recent_tokens, **self.options}
+
+
+def boolean_option(name: str, value) -> bool:
+    """A true/false quantizer option as given (a string such as "yes" from the command line is refused in one
+    sentence, where bool() would read it as true)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"quantizer option {name} must be true or false, got {value!r}.")
+    return value
 
 
 def check_prefill_semantics(quantizer: KVQuantizer) -> None:
