@@ -56,6 +56,9 @@ class KVView:
     keys: torch.Tensor | None      # [B, H_kv, T_kv, D] position-ordered, rotated basis; None on the kernel path
     values: torch.Tensor | None    # [B, H_kv, T_kv, D]
     new_tokens: int                # tokens appended by this call (the queries)
+    as_stored: bool = False        # a prefill under `prefill_attends_quantized`: keys / values are the call's own
+                                   # rows [B, H_kv, new, D]; the seam reads the layer as stored once the padding is
+                                   # known (harness.seam.prefill_operands)
 
 
 def decode_demotion(n_recent: int, quantizer) -> int:
@@ -129,6 +132,9 @@ class ThreeRegionLayer(DynamicLayer):
                 self.settle()             # (else by the next call, which says whether this chunk was the last)
         if self.use_kernels and decode:
             view = KVView(self, None, None, new)        # the decode kernel reads the packed storage
+            return view, view
+        if not decode and self.quantizer.prefill_attends_quantized:
+            view = KVView(self, key_states, value_states, new, as_stored=True)
             return view, view
         keys, values = self._materialize()
         keys[..., -new:, :] = key_states         # the current chunk attends to itself in full precision

@@ -48,8 +48,8 @@ class Workload:
                                   # reads its dequantized mirror)
     padding_mask: bool = True     # a padded batch's prefill builds transformers' [B, 1, q, T] bool mask (not on the
                                   # GPU over the seam's own cache: its padding rows alone, harness.seam.kvq_mask)
-    stored_prefill: bool = False  # `prefill_attends_quantized` over a quantizing cache: the prefill reads the layer's
-                                  # rows as stored, a second full-precision K / V (harness.seam.prefill_operands)
+    stored_prefill: bool = False  # `prefill_attends_quantized` over a quantizing cache: a one-forward prefill reads
+                                  # its history as stored too (harness.seam.prefill_operands)
 
 
 @dataclass
@@ -184,8 +184,8 @@ def is_chunked(work: Workload) -> bool:
 
 def activation_bytes(config, work: Workload) -> int:
     """Largest transient of one decoder layer in a prefill forward (an estimate): of the whole prompt, or of one
-    chunk, which also reads the layer's whole cache as full-precision K/V (and, under `prefill_attends_quantized`,
-    every forward reads it a second time as stored, decoding the packed history on the kernel path).
+    chunk, which also reads the layer's whole cache as full-precision K/V (under `prefill_attends_quantized` a
+    one-forward prefill too: the rows as stored, in place of its own, decoding the packed history on the kernel path).
 
     With an explicit mask (several sequences, which may be padded; a chunk on the CPU; one whole sequence gets
     SDPA's causal flag, and on the GPU its chunks too) the forward holds the [B, q, T] bool mask (not on the GPU over
@@ -202,8 +202,6 @@ def activation_bytes(config, work: Workload) -> int:
     history = work.batch * work.tokens * shape["head_dim"] * s                   # one head's K or V, every token
     if chunked:
         attention += 2 * shape["kv_heads"] * history                             # the cache read as fp K / V
-    if work.stored_prefill:                              # the rows as stored, beside the view of the chunk's own
-        attention += 2 * shape["kv_heads"] * history
     if (chunked or work.stored_prefill) and work.packed_history:   # decoding one sequence's K or V of one KV head:
         attention += 3 * work.tokens * shape["head_dim"] * 4                    # three fp32 temporaries of its size
     if (work.batch > 1 and work.padding_mask) or (chunked and not work.gpu_prefill):

@@ -75,13 +75,11 @@ def kvq_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
 
 def prefill_operands(view: KVView) -> tuple[torch.Tensor, torch.Tensor]:
-    """The K and V [B, H_kv, T_kv, D] a prefill chunk attends to: the layer's rows with the chunk's own in full
-    precision, or, under the quantizer's `prefill_attends_quantized`, every row as the cache now stores it (sink and
-    recent window in full precision, the rest read back from the quantized history), the chunk's padding known
-    (`observe_padding` settled it)."""
-    if not view.layer.quantizer.prefill_attends_quantized:
-        return view.keys, view.values
-    return view.layer.materialize()
+    """The K and V [B, H_kv, T_kv, D] a call attends to on the PyTorch path: the view's (the layer's rows, the call's
+    own in full precision), or for a prefill under the quantizer's `prefill_attends_quantized` (`KVView.as_stored`)
+    every row as the cache now stores it (sink and recent window in full precision, the rest read back from the
+    quantized history), read once the chunk's padding is known (`observe_padding` settled it)."""
+    return view.layer.materialize() if view.as_stored else (view.keys, view.values)
 
 
 def grouped_masked_prefill(query, key, value, attention_mask) -> bool:

@@ -193,21 +193,21 @@ def test_a_padded_gpu_prefill_over_the_seams_cache_plans_no_batch_mask():
     assert own_cache.devices["cuda:0"].activations - seams.devices["cuda:0"].activations == tokens
 
 
-def test_a_prefill_that_attends_to_the_stored_rows_plans_their_second_copy():
-    """`prefill_attends_quantized`: each prefill forward also reads the layer's rows as stored (K and V of every
-    token, full precision), decoding the packed history on the kernel path; the identity stores no codes."""
+def test_a_prefill_that_attends_to_the_stored_rows_plans_its_history_decode():
+    """`prefill_attends_quantized`: a one-forward prefill reads its rows as stored in place of its own, decoding the
+    packed history one sequence and KV head at a time on the kernel path (three fp32 temporaries, as a later chunk
+    does); a chunked prefill plans that already; the identity stores no codes."""
     from harness.memory_plan import cell_workload
-    cfg = compose_cell("model=qwen3_8b", "model.source=random", "task.batch_size=4", "ctx=128k")   # attention's peak
     budgets = {"cpu": 10**13}
 
-    def activations(name, kernels, **options):
+    def activations(cfg, name, kernels, **options):
         quantizer = build_quantizer(name, **options)
         return plan_cell(cfg, quantizer, "cpu", use_kernels=kernels, budgets=budgets).devices["cpu"].activations
-    work = cell_workload(cfg, "cpu", False)
-    tokens = work.tokens
-    second_copy = 2 * 8 * 4 * tokens * 128 * work.dtype_bytes                      # K and V, 8 KV heads
-    for kernels, decode in ((False, 0), (True, 3 * tokens * 128 * 4)):
-        assert activations("naive_int2", kernels, prefill_attends_quantized=True) - \
-            activations("naive_int2", kernels) == second_copy + decode
-    assert activations("bf16", False, prefill_attends_quantized=True) == activations("bf16", False)
-
+    whole = compose_cell("model=qwen3_8b", "model.source=random", "task.batch_size=4", "ctx=128k")  # attention's peak
+    chunked = compose_cell("model=qwen3_8b", "model.source=random", "task.batch_size=4", "ctx=128k",
+                           "task.prefill_chunk=8192")
+    tokens = cell_workload(whole, "cpu", False).tokens
+    for cfg, kernels, decode in ((whole, False, 0), (whole, True, 3 * tokens * 128 * 4), (chunked, True, 0)):
+        assert activations(cfg, "naive_int2", kernels, prefill_attends_quantized=True) - \
+            activations(cfg, "naive_int2", kernels) == decode
+    assert activations(whole, "bf16", True, prefill_attends_quantized=True) == activations(whole, "bf16", True)

@@ -20,6 +20,9 @@ def _prefill_view(attends_quantized: bool):
     gen = torch.Generator().manual_seed(0)
     keys, values = (torch.randn(1, HEADS, TOKENS, DIM, generator=gen) for _ in range(2))   # [B, H_kv, T, D]
     view, _ = layer.update(keys, values)
+    assert view.as_stored == attends_quantized
+    if attends_quantized:                    # the chunk's own rows: the layer is read once, as stored, by the seam
+        assert view.keys is keys and view.values is values
     layer.observe_padding(None)
     return quantizer, (keys, values), prefill_operands(view)
 
@@ -80,3 +83,21 @@ def test_combinations_the_cache_cannot_honour_are_refused_in_one_sentence():
         build_quantizer("hf_quantized_cache", prefill_attends_quantized=True).validate()
     with pytest.raises(ValueError, match="must be true or false, got 'yes'"):
         build_quantizer("oscar", prefill_attends_quantized="yes")
+
+
+def test_decode_steps_are_the_same_either_way():
+    """The switch is about prefills: a decode step on the PyTorch path reads the view `update` made, no second
+    materialization, and attends to the same rows as without it."""
+    seen = []
+    for flag in (False, True):
+        quantizer = build_quantizer("naive_int2", sink=SINK, recent=RECENT, page=8, prefill_attends_quantized=flag)
+        layer = ThreeRegionLayer(quantizer, layer_idx=0)
+        gen = torch.Generator().manual_seed(0)
+        keys, values = (torch.randn(1, HEADS, TOKENS, DIM, generator=gen) for _ in range(2))
+        layer.update(keys, values)
+        layer.observe_padding(None)
+        step, _ = layer.update(keys[..., :1, :], values[..., :1, :])               # one decode token
+        assert not step.as_stored
+        seen.append(prefill_operands(step))
+    assert all(torch.equal(a, b) for a, b in zip(*seen))
+

@@ -46,7 +46,8 @@ GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
-SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit up to which more rows than WARP_TILE_ROWS run as 8-row programs
+SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit of a short history: `eight_row_programs`,
+                             # `short_history_two_warps` and TurboQuant's `short_history_split_tiles` (each measured)
 SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
 FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to this many (`merge_launch`)
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
