@@ -4,6 +4,9 @@
     python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
     python scripts/bench_formats.py --formats turboquant_k3v3 --launch 'block_n=128;num_warps=8'   # launch variants
     python scripts/bench_formats.py --formats int2 --q-tokens 4      # a verification step: 4 tokens per sequence
+    python scripts/bench_formats.py --formats int4,kivi2 --groups 1,3,4,8,12,16 --head-dims 128 \
+        --points 1:1024,3:1024,8:1024,32:1024,1:8192,...               # the kernel grid of bench_kernel_grid.py
+    python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
@@ -15,10 +18,13 @@ before; kivi4 / kivi4_rowmajor the same for KIVI's 4-bit layout. The history is 
 shapes (`part_shapes`: random code bytes, positive scales), with a BF16 sink + recent segment of 64 + 256 rows as
 bench_kernels.py uses; timings are CUDA-graph replays over inputs larger than L2 (bench_kernels.graph_ms) beside BF16
 SDPA on the same shape in the same run. "of copy" divides the bytes the call must move (every stored part, the BF16
-segment, q and out) by the device-to-device copy bandwidth measured in the run. Correctness of each kernel against
-its reference is the GPU run of the kernel tests (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with
-TRITON_INTERPRET=0), not repeated here. With $OUT set the rows also go to $OUT/bench_formats.json; the Markdown
-table is printed last.
+segment, q and out) by the device-to-device copy bandwidth measured in the run. Before timing, each format's default
+call at every shape and at each batch of the points (a 1k context) is checked against `attention_reference` over the
+quantizer's own dequantization of the same parts ("correctness:"; launch variants are not); the kernel tests
+(tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0) are the full check. With
+$OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
+files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`), then each
+file's table.
 """
 from __future__ import annotations
 
@@ -36,14 +42,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
-from harness.cli_args import batch_ctx_points, kernel_head_dims, positive_int  # noqa: E402
+from bench_kernel_grid import one_device, target_summary  # noqa: E402
+from harness.cli_args import (batch_ctx_points, kernel_head_dims, positive_int,  # noqa: E402
+                              positive_ints)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
 from kernels.decode.launch import DecodeConfig  # noqa: E402
+from kernels.decode.reference import attention_reference  # noqa: E402
+from kernels.format import QuantizedTensor  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
            "kivi2_rowmajor": "kivi2", "kivi4": "kivi4", "kivi4_rowmajor": "kivi4"}
+CHECK_CTX = SINK + RECENT + 704    # `check_format`'s context: 704 packed rows (whole 32-token KIVI key groups)
 LAUNCH_CHANGES = {"kivi2_rowmajor": {}, "kivi4_rowmajor": {}}   # changes of default_config (which never puts
                                                                 # channel keys on warp tiles)
 
@@ -87,9 +98,9 @@ def format_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -
     return point_launch(batch, ctx, shape, k_spec, v_spec)
 
 
-def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
-    """A zero-argument decode call of one format on fresh random stored parts of one point (`changes`: fields of
-    its default launch to change)."""
+def format_inputs(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
+    """(quantizer, kernels, decode_attention's positional arguments, its keywords) of one format on fresh random
+    stored parts of one point (`changes`: fields of its default launch to change)."""
     quantizer, ops = stored_format(fmt, shape.head_dim)
     d, heads, n_hist = shape.head_dim, shape.kv_heads, ctx - SINK - RECENT
     k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec)
@@ -98,7 +109,30 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
     if changes or fmt in LAUNCH_CHANGES:
         spec_kw["config"] = replace(format_launch(fmt, batch, ctx, shape, quantizer), **(changes or {}))
+    return quantizer, ops, args, spec_kw
+
+
+def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
+    """A zero-argument decode call of one format on fresh random stored parts of one point."""
+    _, ops, args, spec_kw = format_inputs(fmt, batch, ctx, shape, changes)
     return lambda: ops.decode_attention(*args, **spec_kw)
+
+
+def check_format(fmt: str, shape: AttnShape, batch: int, ctx: int = CHECK_CTX) -> list[str]:
+    """The format's default decode call on random stored parts against `attention_reference` over the quantizer's own
+    dequantization of the same parts (relative error < 1e-2: fp16 dot operands): [] or one failure line (a launch
+    error too)."""
+    quantizer, ops, args, spec_kw = format_inputs(fmt, batch, ctx, shape)
+    d = shape.head_dim
+    k_hist, v_hist = (quantizer.dequantize(QuantizedTensor(*args[i:i + 3], spec, d)).float()
+                      for i, spec in ((1, quantizer.key_spec), (4, quantizer.value_spec)))
+    ref = attention_reference(args[0], k_hist, v_hist, *args[7:], sm_scale=spec_kw["sm_scale"]).float()
+    try:
+        out = ops.decode_attention(*args, **spec_kw).float()
+    except Exception as exc:                                       # noqa: BLE001 (reported, the run goes on)
+        return [f"{fmt} {shape} batch {batch} ctx {ctx}: {str(exc).splitlines()[0][:100]}"]
+    err = ((out - ref).norm() / ref.norm()).item()
+    return [] if err < 1e-2 else [f"{fmt} {shape} batch {batch} ctx {ctx}: rel err {err:.2e}"]
 
 
 def parse_launches(text: str) -> list[dict]:
@@ -147,9 +181,9 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
     return rows
 
 
-def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1) -> str:
+def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1, date: str | None = None) -> str:
     tokens = "one query token" if q_tokens == 1 else f"{q_tokens} query tokens per sequence (causal, lower-right)"
-    lines = [f"Device: {device}; date {datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
+    lines = [f"Device: {device}; date {date or datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
              f"(read + write); {KV_HEADS} KV heads, {tokens}.", "",
              "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |",
              "|---|---|---|---|---|---|---|---|"]
@@ -162,10 +196,40 @@ def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1) 
     return "\n".join(lines)
 
 
+def format_targets(rows: list[dict]) -> str:
+    """bench_kernel_grid's kernel targets (`target_summary`) for each packed format of one-query-token rows at its
+    default launch (no --launch variant), each point counted once (a later row replaces an earlier one); the 5x
+    target for 2-bit formats only; rows that failed to launch are listed, not counted."""
+    parts = []
+    timed = [r for r in rows if r.get("q_tokens", 1) == 1 and r["format"] in FORMATS]
+    for fmt in dict.fromkeys(r["format"] for r in timed):
+        failed = [r for r in timed if r["format"] == fmt and "error" in r]
+        points = {(r["head_dim"], r["group"], r["batch"], r["ctx"]): {
+            **{k: r[k] for k in ("head_dim", "group", "batch", "ctx")},
+            f"{fmt}_vs_sdpa": r["vs_sdpa"], f"{fmt}_of_copy": r["of_copy"]}
+            for r in timed if r["format"] == fmt and "error" not in r}
+        two_bit = stored_format(fmt, 128)[0].key_spec.bits == 2
+        parts.append(f"{fmt}:\n\n" + target_summary(list(points.values()), fmt, fmt, fivefold=two_bit))
+        if failed:
+            parts.append(f"{fmt} failed to launch at: " + ", ".join(
+                f"{r['head_dim']}/{r['group']}/{r['batch']}/{r['ctx']} ({r['error']})" for r in failed) + ".")
+    return "\n\n".join(parts)
+
+
+def from_json(paths: list[str]) -> str:
+    """What --from-json prints: the targets of each format over the saved runs' rows, then each run's table."""
+    payloads = [json.loads(Path(p).read_text()) for p in paths]
+    one_device(payloads, "--from-json")
+    parts = [format_targets([r for p in payloads for r in p["rows"]])]
+    parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["rows"][0].get("q_tokens", 1), p["date"])
+              for p in payloads]
+    return "\n\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", type=kernel_head_dims, default=[64, 128, 256])
-    parser.add_argument("--group", type=positive_int, default=4, help="query heads per KV head")
+    parser.add_argument("--groups", "--group", type=positive_ints, default=[4], help="query heads per KV head")
     parser.add_argument("--points", type=batch_ctx_points, default=[(1, 32768), (8, 32768), (32, 102400)],
                         help="batch:ctx,...")
     parser.add_argument("--q-tokens", type=positive_int, default=1,
@@ -173,7 +237,14 @@ def main() -> None:
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--launch", default="", help="launch variants of every format, e.g. "
                         "'block_n=128,num_warps=8;num_stages=3' (DecodeConfig fields changed from its default)")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
     args = parser.parse_args()
+    if args.from_json:
+        missing = [p for p in args.from_json if not Path(p).is_file()]
+        if missing:
+            raise SystemExit(f"--from-json: no such file: {', '.join(missing)}.")
+        print(from_json(args.from_json))
+        return
     launches = parse_launches(args.launch)
     if not torch.cuda.is_available():
         raise SystemExit("bench_formats.py needs a CUDA GPU.")
@@ -181,10 +252,13 @@ def main() -> None:
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise SystemExit(f"Unknown format(s) {unknown}; known: {', '.join(FORMATS)}.")
+    shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d, args.q_tokens) for d in args.head_dims for g in args.groups]
+    batches = sorted({batch for batch, _ in args.points})           # each batch's launch family, at a 1k context
+    failures = [f for shape in shapes for fmt in formats for batch in batches for f in check_format(fmt, shape, batch)]
+    print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth()
     rows = []
-    for d in args.head_dims:
-        shape = AttnShape(args.group * KV_HEADS, KV_HEADS, d, args.q_tokens)
+    for shape in shapes:
         for batch, ctx in args.points:
             point_rows = bench_point(shape, batch, ctx, formats, copy_tbs, launches)
             rows += point_rows
@@ -192,7 +266,7 @@ def main() -> None:
     device = torch.cuda.get_device_name()
     if os.environ.get("OUT"):
         payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
-                   "copy_tbs": copy_tbs, "rows": rows}
+                   "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
         Path(os.environ["OUT"], "bench_formats.json").write_text(json.dumps(payload, indent=1))
     print(markdown(device, copy_tbs, rows, args.q_tokens))
 

@@ -99,28 +99,33 @@ def _points(rows: list[dict]) -> str:
     return ", ".join(f"{r['head_dim']}/{r['group']}/{r['batch']}/{r['ctx']}" for r in rows) or "none"
 
 
-def target_summary(rows: list[dict]) -> str:
-    """The issue's kernel targets over grid rows: per head_dim and ctx the span of INT2's speed against SDPA, the
-    points below it and INT2's share of the copy bandwidth at batch >= 8; then each target's count with the points
-    that meet (or, for the first, miss) it, as head_dim/group/batch/ctx."""
-    lines = ["| head_dim | ctx | INT2 vs SDPA (min-max) | points below SDPA | INT2 of copy, batch >= 8 (min-max) |",
+def target_summary(rows: list[dict], call: str = "int2", label: str = "INT2", fivefold: bool = True) -> str:
+    """The issue's kernel targets over grid rows for the packed call `call` (rows hold f"{call}_vs_sdpa" and
+    f"{call}_of_copy"; `label` names it): per head_dim and ctx the span of its speed against SDPA, the points below
+    it and its share of the copy bandwidth at batch >= 8; then each target's count with the points that meet (or,
+    for the first, miss) it, as head_dim/group/batch/ctx. fivefold: also the 5x target at batch 32 / 100k (a 2-bit
+    format's)."""
+    ratio, share = f"{call}_vs_sdpa", f"{call}_of_copy"
+    lines = [f"| head_dim | ctx | {label} vs SDPA (min-max) | points below SDPA | "
+             f"{label} of copy, batch >= 8 (min-max) |",
              "|---|---|---|---|---|"]
     for d in sorted({r["head_dim"] for r in rows}):
         for ctx in sorted({r["ctx"] for r in rows if r["head_dim"] == d}):
             at = [r for r in rows if r["head_dim"] == d and r["ctx"] == ctx]
-            below = sum(r["int2_vs_sdpa"] < 1 for r in at)
-            lines.append(f"| {d} | {ctx} | {_span([r['int2_vs_sdpa'] for r in at], '.2f')}x | {below} of {len(at)} | "
-                         f"{_span([r['int2_of_copy'] for r in at if r['batch'] >= 8], '.0%')} |")
-    below = [r for r in rows if r["int2_vs_sdpa"] < 1]
+            below = sum(r[ratio] < 1 for r in at)
+            lines.append(f"| {d} | {ctx} | {_span([r[ratio] for r in at], '.2f')}x | {below} of {len(at)} | "
+                         f"{_span([r[share] for r in at if r['batch'] >= 8], '.0%')} |")
+    below = [r for r in rows if r[ratio] < 1]
     long = [r for r in rows if r["ctx"] >= 32768 and r["batch"] >= 8]
-    near_copy = [r for r in long if r["int2_of_copy"] >= 0.8]
-    largest = [r for r in rows if r["batch"] == 32 and r["ctx"] >= 100_000]
-    fivefold = [r for r in largest if r["int2_vs_sdpa"] >= 5]
-    lines += ["", f"INT2 >= BF16 SDPA at {len(rows) - len(below)} of {len(rows)} points; below: {_points(below)}.",
+    near_copy = [r for r in long if r[share] >= 0.8]
+    lines += ["", f"{label} >= BF16 SDPA at {len(rows) - len(below)} of {len(rows)} points; below: {_points(below)}.",
               f">= 80 % of the copy bandwidth at ctx >= 32k and batch >= 8: {len(near_copy)} of {len(long)} points: "
-              f"{_points(near_copy)}.",
-              f">= 5x BF16 SDPA at batch 32 / ctx >= 100k: {len(fivefold)} of {len(largest)} points: "
-              f"{_points(fivefold)}."]
+              f"{_points(near_copy)}."]
+    if fivefold:
+        largest = [r for r in rows if r["batch"] == 32 and r["ctx"] >= 100_000]
+        five = [r for r in largest if r[ratio] >= 5]
+        lines.append(f">= 5x BF16 SDPA at batch 32 / ctx >= 100k: {len(five)} of {len(largest)} points: "
+                     f"{_points(five)}.")
     return "\n".join(lines)
 
 

@@ -340,6 +340,28 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("block_n=12x")
 
 
+def test_bench_formats_targets_count_each_format_at_its_default_launch(monkeypatch):
+    """format_targets gives each packed format the grid's targets from its own rows: one-token rows at the default
+    launch only (a --launch variant and BF16 rows are not counted), the 5x target for 2-bit formats only, and the
+    points a format failed to launch at listed apart."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import format_targets
+
+    def row(fmt, batch, ctx, vs_sdpa, of_copy, **extra):
+        return dict(head_dim=64, group=12, batch=batch, ctx=ctx, q_tokens=1, format=fmt, vs_sdpa=vs_sdpa,
+                    of_copy=of_copy, **extra)
+    rows = [row("bf16 (SDPA)", 32, 102400, 1.0, 1.0), row("kivi2", 32, 102400, 5.2, 0.81),
+            row("kivi2", 1, 1024, 0.7, 0.1), row("kivi2 [block_n=64]", 1, 1024, 1.5, 0.2),
+            row("int4", 32, 102400, 3.1, 0.9), row("int4", 8, 32768, 0.0, 0.0, error="out of resources")]
+    del rows[-1]["vs_sdpa"], rows[-1]["of_copy"]
+    text = format_targets(rows)
+    kivi, int4 = text.split("int4:")
+    assert "kivi2 >= BF16 SDPA at 1 of 2 points; below: 64/12/1/1024." in kivi
+    assert ">= 5x BF16 SDPA at batch 32 / ctx >= 100k: 1 of 1 points: 64/12/32/102400." in kivi
+    assert "int4 >= BF16 SDPA at 1 of 1 points; below: none." in int4 and "5x" not in int4
+    assert "int4 failed to launch at: 64/12/8/32768 (out of resources)." in int4
+
+
 def test_kernel_grid_targets_count_the_rows(monkeypatch):
     """target_summary counts each target from the rows: a point below SDPA, one at >= 80 % of copy (only at ctx >= 32k
     and batch >= 8), one at >= 5x (only at batch 32 / >= 100k)."""
