@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
                             uses_warp_tiles)
+from kernels.decode.common import WARP_TILE_ROWS  # noqa: E402
 from kernels.decode.launch import TINY_INT2  # noqa: E402
 from kernels.decode.warp_tiles import _half_field_ptx  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
@@ -201,10 +202,24 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
         assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.parametrize("head_dim, block_n", [(64, 256), (128, 128)])
+def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block_n):
+    """12 query rows per KV head in 8-row programs (`warp_rows`, the tiny grid's KIVI launch from 9 rows on) over
+    per-channel keys on warp tiles, pair rows at head_dim 64, with splits that cut key groups."""
+    args, kw = make_inputs(2, 24, 2, 1, head_dim, 480, 9, QuantSpec(bits=2, group=32, axis="channel"),
+                           QuantSpec(bits=2, group=32))
+    cfg = DecodeConfig(block_n=block_n, block_f=32, num_warps=4, num_stages=1, warp_tiles=True,
+                       channel_key_tiles=True, warp_rows=WARP_TILE_ROWS)
+    assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], head_dim)
+    out = decode_attention(*args, **kw, num_splits=2, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
-    bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256; other key groups,
-    per-token keys, 16 query rows at head_dim 64 and the interpreter keep their launch."""
+    bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256, 8-row programs for
+    12-16 query rows on the tiny grid up to head_dim 128; other key groups, per-token keys and the interpreter keep
+    their launch."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128, 256):
         for grid in GRIDS:
@@ -215,8 +230,13 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False, block_n=0,
                            num_warps=0) == replace(default_config(head_dim, True, grid, False), warp_tiles=False,
                                                    asm_unpack=False, block_n=0, num_warps=0)
-    wide_rows = launch_config(64, True, "small", kivi_k, kivi_v, rows=16)     # 16 rows: no pair-row tiles
-    assert wide_rows == default_config(64, True, "small", False, rows=16)
+    for grid in GRIDS:                  # 12-16 rows: pair-row tiles too, 8-row programs on the tiny grid up to 128
+        for head_dim in (64, 128, 256):
+            wide_rows = launch_config(head_dim, True, grid, kivi_k, kivi_v, rows=16)
+            assert wide_rows.channel_key_tiles and uses_warp_tiles(wide_rows, kivi_k, kivi_v, head_dim)
+            assert wide_rows.block_n // wide_rows.num_warps == (64 if head_dim == 64 else 32)
+            assert wide_rows.warp_rows == (WARP_TILE_ROWS if grid == "tiny" and head_dim <= 128 else None)
+        assert launch_config(128, True, grid, kivi_k, kivi_v, rows=8).warp_rows is None
     kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
     assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
     odd = QuantSpec(bits=2, group=64, axis="channel")
