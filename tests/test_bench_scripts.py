@@ -379,36 +379,25 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
     assert ">= 5x BF16 SDPA at batch 32 / ctx >= 100k: 1 of 1 points: 128/4/32/102400." in text
 
 
-def test_bench_formats_from_json_rebuilds_the_committed_format_grid():
-    """bench_formats_kivi_grid_h200.md holds what `bench_formats.py --from-json` prints for its grid runs (each
-    format's targets and the tables: no hand-typed line), and a missing file is refused in one sentence."""
+@pytest.mark.parametrize("script, runs, committed, least_lines, needle", [
+    ("bench_kernel_grid.py", "bench_kernel_grid_final_d{}.json", "bench_kernel_grid_final.md", 300, "INT2 >= BF16 SDPA"),
+    ("bench_formats.py", "bench_formats_grid_h200_d{}.json", "bench_formats_kivi_grid_h200.md", 1000,
+     "int4 >= BF16 SDPA at 235 of 288 points"),
+])
+def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
+    """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 grid) is what the script's
+    --from-json prints from its JSON (targets and tables, no hand-typed line), and a missing file is refused in one
+    sentence."""
     bench = ROOT / "results" / "bench"
-    files = [str(bench / f"bench_formats_grid_h200_d{d}.json") for d in (64, 128, 256)]
-    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--from-json", *files], cwd=ROOT,
+    files = [str(bench / runs.format(d)) for d in (64, 128, 256)]
+    proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", *files], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    committed = (bench / "bench_formats_kivi_grid_h200.md").read_text()
+    text = (bench / committed).read_text()
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert len(lines) > 1000 and all(line in committed for line in lines)
-    assert "int4 >= BF16 SDPA at 235 of 288 points" in proc.stdout
-    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--from-json", "missing.json"], cwd=ROOT,
+    assert len(lines) > least_lines and all(line in text for line in lines) and needle in proc.stdout
+    proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", "missing.json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
-
-
-def test_kernel_grid_from_json_rebuilds_the_committed_grid():
-    """The committed must-show grid is what `bench_kernel_grid.py --from-json` prints from its JSON (targets and
-    tables, no hand-typed line), and a missing file is refused in one sentence."""
-    bench = ROOT / "results" / "bench"
-    files = [str(bench / f"bench_kernel_grid_final_d{d}.json") for d in (64, 128, 256)]
-    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json", *files], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    committed = (bench / "bench_kernel_grid_final.md").read_text()
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert len(lines) > 300 and all(line in committed for line in lines)
-    proc = subprocess.run([sys.executable, "scripts/bench_kernel_grid.py", "--from-json", "missing.json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
 
 
