@@ -59,14 +59,14 @@ LAUNCH_CHANGES = {"kivi2_rowmajor": {}, "kivi4_rowmajor": {}}   # changes of def
                                                                 # channel keys on warp tiles)
 
 
-def random_parts(ops, shape: list[int], spec) -> tuple[torch.Tensor, ...]:
+def random_parts(ops, shape: list[int], spec, device: str = "cuda") -> tuple[torch.Tensor, ...]:
     """(codes, scale, zero) of the format's stored shapes: random code bytes, positive fp metadata."""
     parts = []
     for name, (size, dtype) in ops.part_shapes(shape, spec).items():
         if dtype == torch.uint8:
-            parts.append(torch.randint(0, 256, size, dtype=dtype, device="cuda"))
+            parts.append(torch.randint(0, 256, size, dtype=dtype, device=device))
         else:
-            parts.append((torch.rand(size, device="cuda") * 0.2 + 0.05).to(dtype))
+            parts.append((torch.rand(size, device=device) * 0.2 + 0.05).to(dtype))
     return tuple(parts)
 
 
@@ -98,13 +98,14 @@ def format_launch(fmt: str, batch: int, ctx: int, shape: AttnShape, quantizer) -
     return point_launch(batch, ctx, shape, k_spec, v_spec)
 
 
-def format_inputs(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None):
+def format_inputs(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict | None = None,
+                  device: str = "cuda"):
     """(quantizer, kernels, decode_attention's positional arguments, its keywords) of one format on fresh random
     stored parts of one point (`changes`: fields of its default launch to change)."""
     quantizer, ops = stored_format(fmt, shape.head_dim)
     d, heads, n_hist = shape.head_dim, shape.kv_heads, ctx - SINK - RECENT
-    k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec)
-    v_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.value_spec)
+    k_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.key_spec, device)
+    v_parts = random_parts(ops, [batch, heads, n_hist, d], quantizer.value_spec, device)
     args = decode_args(batch, ctx, shape, k_parts, v_parts)
     spec_kw = dict(sm_scale=d ** -0.5, k_spec=quantizer.key_spec, v_spec=quantizer.value_spec)
     if changes or fmt in LAUNCH_CHANGES:
@@ -118,11 +119,11 @@ def format_call(fmt: str, batch: int, ctx: int, shape: AttnShape, changes: dict 
     return lambda: ops.decode_attention(*args, **spec_kw)
 
 
-def check_format(fmt: str, shape: AttnShape, batch: int, ctx: int = CHECK_CTX) -> list[str]:
+def check_format(fmt: str, shape: AttnShape, batch: int, ctx: int = CHECK_CTX, device: str = "cuda") -> list[str]:
     """The format's default decode call on random stored parts against `attention_reference` over the quantizer's own
     dequantization of the same parts (relative error < 1e-2: fp16 dot operands): [] or one failure line (a launch
-    error too)."""
-    quantizer, ops, args, spec_kw = format_inputs(fmt, batch, ctx, shape)
+    error too). device "cpu": the kernels under TRITON_INTERPRET (the tests)."""
+    quantizer, ops, args, spec_kw = format_inputs(fmt, batch, ctx, shape, device=device)
     d = shape.head_dim
     k_hist, v_hist = (quantizer.dequantize(QuantizedTensor(*args[i:i + 3], spec, d)).float()
                       for i, spec in ((1, quantizer.key_spec), (4, quantizer.value_spec)))

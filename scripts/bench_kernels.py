@@ -135,13 +135,14 @@ def point_grid(batch: int, ctx: int, shape: AttnShape, spec: QuantSpec | None = 
 
 def decode_args(batch: int, ctx: int, shape: AttnShape, k_parts: tuple, v_parts: tuple) -> tuple:
     """decode_attention's positional arguments around a history's stored parts: q, the BF16 sink + recent segment
-    (SINK + RECENT rows), per-sequence lengths of ctx - SINK - RECENT history rows, zero starts."""
-    heads, d = shape.kv_heads, shape.head_dim
-    q = torch.randn(batch, shape.q_heads, shape.q_tokens, d, device="cuda", dtype=torch.bfloat16)
-    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    hist_len = torch.full((batch,), ctx - SINK - RECENT, dtype=torch.int32, device="cuda")
-    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device="cuda")
-    starts = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    (SINK + RECENT rows), per-sequence lengths of ctx - SINK - RECENT history rows, zero starts; on the parts'
+    device."""
+    heads, d, device = shape.kv_heads, shape.head_dim, k_parts[0].device
+    q = torch.randn(batch, shape.q_heads, shape.q_tokens, d, device=device, dtype=torch.bfloat16)
+    fp_k, fp_v = (torch.randn(batch, heads, SINK + RECENT, d, device=device, dtype=torch.bfloat16) for _ in range(2))
+    hist_len = torch.full((batch,), ctx - SINK - RECENT, dtype=torch.int32, device=device)
+    fp_len = torch.full((batch,), SINK + RECENT, dtype=torch.int32, device=device)
+    starts = torch.zeros(batch, dtype=torch.int32, device=device)
     return (q, *k_parts, *v_parts, fp_k, fp_v, hist_len, fp_len, starts, starts)
 
 

@@ -340,6 +340,28 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("block_n=12x")
 
 
+def test_bench_formats_check_fails_a_wrong_or_failing_kernel(monkeypatch):
+    """check_format compares a format's decode call with attention_reference over the quantizer's own dequantization
+    of the same random parts (here under the Triton interpreter): KIVI-2 and INT2 pass; a kernel 5 % off, or one that
+    raises, gives one failure line each."""
+    import kernels.decode
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import check_format
+    from bench_kernels import AttnShape
+    shape = AttnShape(16, 2, 64)
+    assert check_format("kivi2", shape, 1, device="cpu") == [] and check_format("int2", shape, 1, device="cpu") == []
+    decode = kernels.decode.decode_attention
+    monkeypatch.setattr(kernels.decode, "decode_attention", lambda *a, **kw: decode(*a, **kw) * 1.05)
+    failed = check_format("int2", shape, 1, device="cpu")
+    assert len(failed) == 1 and "rel err" in failed[0]
+
+    def refuse(*args, **kwargs):
+        raise ValueError("no launch here.\nsecond line")
+    monkeypatch.setattr(kernels.decode, "decode_attention", refuse)
+    assert check_format("int2", shape, 1, device="cpu")[0].endswith("batch 1 ctx 1024: no launch here.")
+
+
 def test_bench_formats_targets_count_each_format_at_its_default_launch(monkeypatch):
     """format_targets gives each packed format the grid's targets from its own rows: one-token rows at the default
     launch only (a --launch variant and BF16 rows are not counted), the 5x target for 2-bit formats only, and the
