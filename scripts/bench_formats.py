@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
-from bench_kernel_grid import one_device, target_summary  # noqa: E402
+from bench_kernel_grid import one_device, read_runs, target_summary  # noqa: E402
 from harness.cli_args import (batch_ctx_points, kernel_head_dims, positive_int,  # noqa: E402
                               positive_ints)
 from harness.quantizer import build_quantizer  # noqa: E402
@@ -219,7 +219,7 @@ def format_targets(rows: list[dict]) -> str:
 
 def from_json(paths: list[str]) -> str:
     """What --from-json prints: the targets of each format over the saved runs' rows, then each run's table."""
-    payloads = [json.loads(Path(p).read_text()) for p in paths]
+    payloads = read_runs(paths, "--from-json", "format")
     one_device(payloads, "--from-json")
     parts = [format_targets([r for p in payloads for r in p["rows"]])]
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["rows"][0].get("q_tokens", 1), p["date"])

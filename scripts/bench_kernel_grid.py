@@ -165,6 +165,23 @@ def newest_rows(payloads: list[dict]) -> tuple[list[dict], int]:
     return list(by_point.values()), sum(len(p["rows"]) for p in payloads) - len(by_point)
 
 
+def read_runs(paths: list[str], flag: str, row_key: str) -> list[dict]:
+    """The saved runs at `paths`, each refused in one sentence unless it is a JSON run (device, copy_tbs, date, rows)
+    whose rows hold `row_key` (another script's run, say)."""
+    payloads = []
+    for path in paths:
+        try:
+            payload = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"{flag}: {path} is not a readable JSON file ({exc.__class__.__name__}).") from None
+        rows = payload.get("rows") if isinstance(payload, dict) else None
+        if not {"device", "copy_tbs", "date"} <= set(payload if isinstance(payload, dict) else ()) or \
+                not isinstance(rows, list) or not all(isinstance(r, dict) and row_key in r for r in rows):
+            raise SystemExit(f"{flag}: {path} is not a run of this script (its rows need '{row_key}').")
+        payloads.append(payload)
+    return payloads
+
+
 def one_device(payloads: list[dict], flag: str) -> None:
     """Refuse, in one sentence, runs of different GPUs counted together."""
     devices = sorted({p["device"] for p in payloads})
@@ -176,7 +193,7 @@ def one_device(payloads: list[dict], flag: str) -> None:
 def from_json(paths: list[str], against: list[str] | None = None) -> str:
     """The targets over the saved runs' rows (one per point, the last file's: `newest_rows`), the time ratios
     against other runs if given, then each run's table (what --from-json prints)."""
-    payloads = [json.loads(Path(p).read_text()) for p in paths]
+    payloads = read_runs(paths, "--from-json", "int2_ms")
     one_device(payloads, "--from-json")
     rows, replaced = newest_rows(payloads)
     parts = [target_summary(rows)]
@@ -184,7 +201,7 @@ def from_json(paths: list[str], against: list[str] | None = None) -> str:
         parts.append(f"{replaced} rows of earlier files were replaced by a later file's row of the same point: the "
                      f"targets count each point once, from the last file that holds it.")
     if against:
-        baseline = [json.loads(Path(p).read_text()) for p in against]
+        baseline = read_runs(against, "--against", "int2_ms")
         parts += [f"Against {_described(baseline)} (these runs: {_described(payloads)}):",
                   time_ratios(rows, [r for p in baseline for r in p["rows"]])]
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["date"]) for p in payloads]

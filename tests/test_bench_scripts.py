@@ -402,7 +402,8 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
 
 
 @pytest.mark.parametrize("script, runs, committed, least_lines, needle", [
-    ("bench_kernel_grid.py", "bench_kernel_grid_final_d{}.json", "bench_kernel_grid_final.md", 300, "INT2 >= BF16 SDPA"),
+    ("bench_kernel_grid.py", "bench_kernel_grid_final_d{}.json", "bench_kernel_grid_final.md", 300,
+     "INT2 >= BF16 SDPA"),
     ("bench_formats.py", "bench_formats_grid_h200_d{}.json", "bench_formats_kivi_grid_h200.md", 1000,
      "int4 >= BF16 SDPA at 235 of 288 points"),
 ])
@@ -421,6 +422,26 @@ def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_li
     proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", "missing.json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
+
+
+def test_saved_runs_of_another_kind_are_refused_in_one_sentence(monkeypatch, tmp_path):
+    """read_runs (both scripts' --from-json and --against) takes only JSON runs whose rows hold the script's key:
+    a bench_formats run given to bench_kernel_grid, a composite file or a broken file ends with one sentence."""
+    import pytest
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_kernel_grid import read_runs
+    bench = ROOT / "results" / "bench"
+    assert len(read_runs([str(bench / "bench_formats_grid_h200_d64.json")], "--from-json", "format")) == 1
+    with pytest.raises(SystemExit, match=r"^--from-json: .*d64.json is not a run of this script \(its rows need "
+                                         r"'int2_ms'\)\.$"):
+        read_runs([str(bench / "bench_formats_grid_h200_d64.json")], "--from-json", "int2_ms")
+    with pytest.raises(SystemExit, match="is not a run of this script"):
+        read_runs([str(bench / "bench_formats_two_warps.json")], "--from-json", "format")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"rows": [')
+    with pytest.raises(SystemExit, match=r"^--against: .*broken.json is not a readable JSON file "
+                                         r"\(JSONDecodeError\)\.$"):
+        read_runs([str(broken)], "--against", "int2_ms")
 
 
 def test_kernel_grid_time_ratios_pair_the_same_points(monkeypatch):
