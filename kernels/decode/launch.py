@@ -165,16 +165,16 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
     them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
     head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero); at
-    head_dim 64 and 2 bits (pair rows, up to WARP_TILE_ROWS rows) two key groups per warp: 256-token tiles took
+    head_dim 64 and 2 bits (pair rows) two key groups per warp: 256-token tiles took
     KIVI-2 there from 0.72-0.89x to 1.05-2.05x SDPA (13-16 % -> 15-39 % of copy, results/bench/bench_formats_kivi.md),
     where at head_dim 128 they were slower (1.37x -> 0.84x at batch 1 / 32k); the same with 12-16 rows, whose 64-token
     tiles on the tiny and small grids had taken the row-major loop and on the larger grids one group per warp (H200,
     KIVI-2, groups 12 / 16, results/bench/bench_formats_kivi_grid_h200.md: batch 3 / 32k to 32 / 100k 0.43-0.47x ->
     0.76-0.91x SDPA); with more than WARP_TILE_ROWS rows on the tiny grid (batch 1) at head_dim <= 128, 8-row
-    programs (`warp_rows`): head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046 ms (1k 0.008 -> 0.009), 128 at 1k /
-    8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch 3 and more; at head_dim 256 (value groups of 32
-    as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.63-0.68x ->
-    1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
+    programs (`warp_rows`): head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046 ms (1k 0.008 -> 0.009), 128 at
+    1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch 3 and more; at head_dim 256
+    (value groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x,
+    KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
