@@ -4,8 +4,8 @@
     python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
     python scripts/bench_formats.py --formats turboquant_k3v3 --launch 'block_n=128;num_warps=8'   # launch variants
     python scripts/bench_formats.py --formats int2 --q-tokens 4      # a verification step: 4 tokens per sequence
-    python scripts/bench_formats.py --formats int4,kivi2 --groups 1,3,4,8,12,16 --head-dims 128 \
-        --points 1:1024,3:1024,8:1024,32:1024,1:8192,...               # the kernel grid of bench_kernel_grid.py
+    python scripts/bench_formats.py --formats int4,kivi2 --groups 1,3,4,8,12,16 --head-dims 128 --points grid
+                                                                       # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
-from bench_kernel_grid import one_device, read_runs, target_summary  # noqa: E402
+from bench_kernel_grid import GRID_BATCHES, GRID_CTXS, one_device, read_runs, target_summary  # noqa: E402
 from harness.cli_args import (batch_ctx_points, kernel_head_dims, positive_int,  # noqa: E402
                               positive_ints)
 from harness.quantizer import build_quantizer  # noqa: E402
@@ -134,6 +134,14 @@ def check_format(fmt: str, shape: AttnShape, batch: int, ctx: int = CHECK_CTX, d
         return [f"{fmt} {shape} batch {batch} ctx {ctx}: {str(exc).splitlines()[0][:100]}"]
     err = ((out - ref).norm() / ref.norm()).item()
     return [] if err < 1e-2 else [f"{fmt} {shape} batch {batch} ctx {ctx}: rel err {err:.2e}"]
+
+
+def format_points(text: str) -> list[tuple[int, int]]:
+    """argparse type of --points: 'batch:ctx,...' (`batch_ctx_points`), or 'grid': bench_kernel_grid.py's 16 points
+    (batch 1 / 3 / 8 / 32 at each ctx)."""
+    if text == "grid":
+        return [(batch, ctx) for ctx in GRID_CTXS for batch in GRID_BATCHES]
+    return batch_ctx_points(text)
 
 
 def parse_launches(text: str) -> list[dict]:
@@ -231,8 +239,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", type=kernel_head_dims, default=[64, 128, 256])
     parser.add_argument("--groups", "--group", type=positive_ints, default=[4], help="query heads per KV head")
-    parser.add_argument("--points", type=batch_ctx_points, default=[(1, 32768), (8, 32768), (32, 102400)],
-                        help="batch:ctx,...")
+    parser.add_argument("--points", type=format_points, default=[(1, 32768), (8, 32768), (32, 102400)],
+                        help="batch:ctx,... or 'grid' (bench_kernel_grid.py's 16 points)")
     parser.add_argument("--q-tokens", type=positive_int, default=1,
                         help="query tokens per sequence (a verification step)")
     parser.add_argument("--formats", default=",".join(FORMATS))

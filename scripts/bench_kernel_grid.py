@@ -41,6 +41,7 @@ from harness.cli_args import kernel_head_dims, positive_ints  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
 
 KV_HEADS = 8
+GRID_BATCHES, GRID_CTXS = [1, 3, 8, 32], [1024, 8192, 32768, 102400]    # the issue's grid (with head_dim x group)
 
 
 def check_shape(shape: AttnShape) -> list[str]:
@@ -212,8 +213,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", type=kernel_head_dims, default=[64, 128, 256])
     parser.add_argument("--groups", type=positive_ints, default=[1, 3, 4, 8, 12, 16], help="query heads per KV head")
-    parser.add_argument("--batches", type=positive_ints, default=[1, 3, 8, 32])
-    parser.add_argument("--ctxs", type=positive_ints, default=[1024, 8192, 32768, 102400])
+    parser.add_argument("--batches", type=positive_ints, default=GRID_BATCHES)
+    parser.add_argument("--ctxs", type=positive_ints, default=GRID_CTXS)
     parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
     parser.add_argument("--against", nargs="+", metavar="FILE",
                         help="with --from-json: saved runs to compare each point's times with")

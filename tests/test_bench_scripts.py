@@ -340,6 +340,20 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("block_n=12x")
 
 
+def test_bench_formats_points_take_the_kernel_grid_by_name(monkeypatch):
+    """--points grid is bench_kernel_grid.py's 16 points, batch fastest (the order of the committed format grid's
+    runs); other text stays batch:ctx and is refused otherwise."""
+    import argparse
+    import pytest
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import format_points
+    grid = format_points("grid")
+    assert len(grid) == 16 and grid[:5] == [(1, 1024), (3, 1024), (8, 1024), (32, 1024), (1, 8192)]
+    assert grid[-1] == (32, 102400) and format_points("2:4096") == [(2, 4096)]
+    with pytest.raises(argparse.ArgumentTypeError, match="each point is batch:ctx"):
+        format_points("grids")
+
+
 def test_bench_formats_check_fails_a_wrong_or_failing_kernel(monkeypatch):
     """check_format compares a format's decode call with attention_reference over the quantizer's own dequantization
     of the same random parts (here under the Triton interpreter): KIVI-2 and INT2 pass; a kernel 5 % off, or one that
