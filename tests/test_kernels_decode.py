@@ -218,8 +218,8 @@ def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
     bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256, 8-row programs for
-    12-16 query rows on the tiny grid up to head_dim 128; other key groups, per-token keys and the interpreter keep
-    their launch."""
+    12-16 query rows over 2-bit keys on the tiny grid up to head_dim 128; other key groups, per-token keys and the
+    interpreter keep their launch."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128, 256):
         for grid in GRIDS:
@@ -237,6 +237,8 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             assert wide_rows.block_n // wide_rows.num_warps == (64 if head_dim == 64 else 32)
             assert wide_rows.warp_rows == (WARP_TILE_ROWS if grid == "tiny" and head_dim <= 128 else None)
         assert launch_config(128, True, grid, kivi_k, kivi_v, rows=8).warp_rows is None
+    kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
+    assert launch_config(128, True, "tiny", kivi4_k, kivi4_v, rows=16).warp_rows is None     # timed for KIVI-2 only
     kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
     assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
     odd = QuantSpec(bits=2, group=64, axis="channel")
