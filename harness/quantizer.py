@@ -43,8 +43,8 @@ class KVQuantizer:
                                              # rows in full precision, the rest through the quantizer); False: to its
                                              # own rows in full precision (serving semantics, OSCAR's protocol)
 
-    def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True, prefill_attends_quantized: bool = False,
-                 **options):
+    def __init__(self, name: str | None = None, chunk_keeps_recent: bool = True,
+                 prefill_attends_quantized: bool = False, **options):
         self.options = options
         self.chunk_keeps_recent = boolean_option("chunk_keeps_recent", chunk_keeps_recent)
         self.prefill_attends_quantized = boolean_option("prefill_attends_quantized", prefill_attends_quantized)

@@ -175,9 +175,9 @@ def read_runs(paths: list[str], flag: str, row_key: str) -> list[dict]:
             payload = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise SystemExit(f"{flag}: {path} is not a readable JSON file ({exc.__class__.__name__}).") from None
-        rows = payload.get("rows") if isinstance(payload, dict) else None
-        if not {"device", "copy_tbs", "date"} <= set(payload if isinstance(payload, dict) else ()) or \
-                not isinstance(rows, list) or not all(isinstance(r, dict) and row_key in r for r in rows):
+        run = isinstance(payload, dict) and {"device", "copy_tbs", "date"} <= payload.keys() and \
+            isinstance(payload.get("rows"), list) and all(isinstance(r, dict) and row_key in r for r in payload["rows"])
+        if not run:
             raise SystemExit(f"{flag}: {path} is not a run of this script (its rows need '{row_key}').")
         payloads.append(payload)
     return payloads

@@ -171,8 +171,9 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     tiles on the tiny and small grids had taken the row-major loop and on the larger grids one group per warp (H200,
     KIVI-2, groups 12 / 16, results/bench/bench_formats_kivi_grid_h200.md: batch 3 / 32k to 32 / 100k 0.43-0.47x ->
     0.76-0.91x SDPA); with more than WARP_TILE_ROWS rows on the tiny grid (batch 1) at head_dim <= 128, 8-row
-    programs (`warp_rows`) for 2-bit keys (KIVI-4 not timed): head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046 ms (1k 0.008 -> 0.009), 128 at
-    1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch 3 and more; at head_dim 256
+    programs (`warp_rows`) for 2-bit keys (KIVI-4 not timed): head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046
+    ms (1k 0.008 -> 0.009), 128 at 1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch
+    3 and more; at head_dim 256
     (value groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x,
     KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
@@ -201,8 +202,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
     if head_dim * k_spec.container_bits // 8 == 16:                                 # pair rows: two key groups a warp
         tiles = replace(tiles, block_n=2 * k_spec.group * tiles.num_warps)
-    if grid == "tiny" and rows > WARP_TILE_ROWS and head_dim <= 128 and k_spec.container_bits == 2:   # KIVI-2's
-        tiles = replace(tiles, warp_rows=WARP_TILE_ROWS)
+    if grid == "tiny" and rows > WARP_TILE_ROWS and head_dim <= 128 and k_spec.container_bits == 2:
+        tiles = replace(tiles, warp_rows=WARP_TILE_ROWS)                           # 8-row programs (KIVI-2, batch 1)
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
