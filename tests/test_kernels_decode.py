@@ -178,7 +178,10 @@ KIVI_TILES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
                                 QuantSpec(bits=4, group=32), 2),
     "kivi2-d256-value-blocks": (1, 4, 1, 2, 256, 192, 7, QuantSpec(bits=2, group=32, axis="channel"),
                                 QuantSpec(bits=2, group=32), None),
+    "kivi4-d64-splits3": (2, 8, 2, 1, 64, 480, 9, QuantSpec(bits=4, group=32, axis="channel"),
+                          QuantSpec(bits=4, group=32), 3),
 }
+kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
 
 
 @pytest.mark.parametrize("token_pairs", [True, False])
@@ -218,8 +221,8 @@ def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
     bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256, 8-row programs for
-    12-16 query rows over 2-bit keys on the tiny grid up to head_dim 128; other key groups, per-token keys and the
-    interpreter keep their launch."""
+    12-16 query rows over 2-bit keys on the tiny grid up to head_dim 128 and on every grid at 256; other key groups,
+    per-token keys and the interpreter keep their launch."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128, 256):
         for grid in GRIDS:
@@ -235,16 +238,29 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             wide_rows = launch_config(head_dim, True, grid, kivi_k, kivi_v, rows=16)
             assert wide_rows.channel_key_tiles and uses_warp_tiles(wide_rows, kivi_k, kivi_v, head_dim)
             assert wide_rows.block_n // wide_rows.num_warps == (64 if head_dim == 64 else 32)
-            assert wide_rows.warp_rows == (WARP_TILE_ROWS if grid == "tiny" and head_dim <= 128 else None)
+            assert wide_rows.warp_rows == (WARP_TILE_ROWS if grid == "tiny" or head_dim == 256 else None)
+            assert not wide_rows.asm_unpack                                          # 2-bit keys: byte unpack
         assert launch_config(128, True, grid, kivi_k, kivi_v, rows=8).warp_rows is None
-    kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
-    assert launch_config(128, True, "tiny", kivi4_k, kivi4_v, rows=16).warp_rows is None     # timed for KIVI-2 only
-    kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
     assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
     odd = QuantSpec(bits=2, group=64, axis="channel")
     assert launch_config(128, True, "large", odd, kivi_v) == default_config(128, True, "large", False)
     assert launch_config(128, False, "large", kivi_k, kivi_v) == default_config(128, False)
     assert launch_config(128, True, "large", INT2[128], INT2[128]) == default_config(128, True)
+
+
+def test_kivi4_launch_per_shape():
+    """KIVI-4 (4-bit per-channel keys) on warp tiles at every head_dim and grid: two key groups a warp at head_dim
+    64, 8-row programs from 9 rows at 256 and on the tiny grid at 128, inline-PTX unpack from 128 except the tiny
+    grid at 128 (the H200 sweep in bench_formats_kivi4_grid_h200.md)."""
+    for grid in GRIDS:
+        for head_dim in (64, 128, 256):
+            for rows in (4, 16):
+                cfg = launch_config(head_dim, True, grid, kivi4_k, kivi4_v, rows=rows)
+                assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi4_k, kivi4_v, head_dim)
+                assert cfg.block_n // cfg.num_warps == (64 if head_dim == 64 else 32)
+                eight = rows > WARP_TILE_ROWS and (head_dim == 256 or (head_dim == 128 and grid == "tiny"))
+                assert cfg.warp_rows == (WARP_TILE_ROWS if eight else None)
+                assert cfg.asm_unpack == (head_dim == 256 or (head_dim == 128 and grid != "tiny"))
 
 
 def test_channel_key_tiles_need_whole_key_groups_per_warp():

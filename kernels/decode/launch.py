@@ -165,15 +165,15 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     """`default_config` for this layout, with per-channel keys on warp tiles wherever `channel_key_layouts` serves
     them (KIVI-2 at head_dim <= 128 on the H100, results/bench/bench_formats.md: 0.54x -> 0.96-1.17x BF16 SDPA at
     head_dim 128, 0.35-0.43x -> 0.50-0.61x at 64; the row-major loop gathers every element's scale and zero); at
-    head_dim 64 and 2 bits (pair rows) two key groups per warp: 256-token tiles took
-    KIVI-2 there from 0.72-0.89x to 1.05-2.05x SDPA (13-16 % -> 15-39 % of copy, results/bench/bench_formats_kivi.md),
-    where at head_dim 128 they were slower (1.37x -> 0.84x at batch 1 / 32k); the same with 12-16 rows, whose 64-token
-    tiles on the tiny and small grids had taken the row-major loop and on the larger grids one group per warp (H200,
-    KIVI-2, groups 12 / 16, results/bench/bench_formats_kivi_grid_h200.md: batch 3 / 32k to 32 / 100k 0.43-0.47x ->
-    0.76-0.91x SDPA); with more than WARP_TILE_ROWS rows on the tiny grid (batch 1) at head_dim <= 128, 8-row
-    programs (`warp_rows`) for 2-bit keys (KIVI-4 not timed): head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046
-    ms (1k 0.008 -> 0.009), 128 at 1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch
-    3 and more; at head_dim 256
+    head_dim 64 two key groups per warp: 256-token tiles took KIVI-2 (pair rows) there from 0.72-0.89x to
+    1.05-2.05x SDPA (13-16 % -> 15-39 % of copy, results/bench/bench_formats_kivi.md), where at head_dim 128 they were
+    slower (1.37x -> 0.84x at batch 1 / 32k); the same with 12-16 rows, whose 64-token tiles on the tiny and small
+    grids had taken the row-major loop and on the larger grids one group per warp (H200, KIVI-2, groups 12 / 16,
+    results/bench/bench_formats_kivi_grid_h200.md: batch 3 / 32k to 32 / 100k 0.43-0.47x -> 0.76-0.91x SDPA);
+    KIVI-4 there 0.94-1.14x -> 1.45-1.81x SDPA from batch 3 / 8k on with 4 rows, 0.52-0.67x -> 0.85-1.34x with 16
+    (H200, results/bench/bench_formats_kivi4_grid_h200.md; batch 1 / 1k with 16 rows, on the row-major loop before,
+    0.92x -> 0.63x); 8-row programs where `channel_key_rows` says, unpacking in inline PTX where `channel_key_asm`
+    says; at head_dim 256
     (value groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x,
     KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
@@ -199,14 +199,37 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         cfg = replace(cfg, **TINY_INT2)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
-    tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
-    if head_dim * k_spec.container_bits // 8 == 16:                                 # pair rows: two key groups a warp
+    tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=channel_key_asm(grid, head_dim, k_spec))
+    if head_dim == 64:                           # two key groups a warp (2-bit keys: pair rows)
         tiles = replace(tiles, block_n=2 * k_spec.group * tiles.num_warps)
-    if grid == "tiny" and rows > WARP_TILE_ROWS and head_dim <= 128 and k_spec.container_bits == 2:
-        tiles = replace(tiles, warp_rows=WARP_TILE_ROWS)                           # 8-row programs (KIVI-2, batch 1)
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
+    tiles = replace(tiles, warp_rows=channel_key_rows(grid, head_dim, k_spec, rows))
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
+
+
+def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec) -> bool:
+    """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`): 4-bit keys from
+    head_dim 128 on, except on the tiny grid at 128. H200 sweep, KIVI-4, groups 4 and 16
+    (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 /
+    100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower.
+    KIVI-2 keeps the byte unpack (not timed)."""
+    return k_spec.container_bits == 4 and (head_dim > 128 or (head_dim == 128 and grid != "tiny"))
+
+
+def channel_key_rows(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> int | None:
+    """8-row programs (`warp_rows`) for per-channel keys with more than WARP_TILE_ROWS query rows per KV head, else
+    None (the default's one 16-row program): at head_dim 256 on every grid (H200, groups 12 / 16, KIVI-2 0.56-0.98x
+    the time at every point of the grid, batch 32 / 100k 0.92 -> 1.14x SDPA; KIVI-4 faster at 7 of 8 points timed,
+    results/bench/bench_formats_kivi4_grid_h200.md), and on the tiny grid (batch 1) for 2-bit keys up to head_dim
+    128 and 4-bit ones at 128: KIVI-2 at head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046 ms (1k 0.008 ->
+    0.009), 128 at 1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch 3 and more; KIVI-4
+    at 128, 1k / 32k 0.56 / 0.60 -> 0.62 / 0.64x SDPA (results/bench/bench_formats_kivi_grid_h200.md and the KIVI-4
+    file)."""
+    if rows <= WARP_TILE_ROWS:
+        return None
+    tiny = grid == "tiny" and (head_dim == 128 or (head_dim < 128 and k_spec.container_bits == 2))
+    return WARP_TILE_ROWS if head_dim > 128 or tiny else None
 
 
 def eight_row_programs(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
