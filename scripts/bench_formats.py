@@ -7,6 +7,7 @@
     python scripts/bench_formats.py --formats int4,kivi2 --groups 1,3,4,8,12,16 --head-dims 128 --points grid
                                                                        # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
+    python scripts/bench_formats.py --from-json after.json --against before.json   # and each format's time there / here
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
@@ -23,7 +24,8 @@ call at every shape and at each batch of the points (a 1k context) is checked ag
 quantizer's own dequantization of the same parts ("correctness:"; launch variants are not); the kernel tests
 (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0) are the full check. With
 $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
-files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`), then each
+files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`), then with
+--against (earlier runs of the same GPU) each format's time there over its time here (`format_time_ratios`), then each
 file's table.
 """
 from __future__ import annotations
@@ -32,6 +34,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -225,11 +228,43 @@ def format_targets(rows: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def from_json(paths: list[str]) -> str:
-    """What --from-json prints: the targets of each format over the saved runs' rows, then each run's table."""
+def _timed_points(rows: list[dict]) -> dict[tuple, dict]:
+    """One-query-token rows that ran, by (format, head_dim, group, batch, ctx); a later row replaces an earlier one."""
+    return {(r["format"], r["head_dim"], r["group"], r["batch"], r["ctx"]): r for r in rows
+            if r.get("q_tokens", 1) == 1 and "ms" in r}
+
+
+def format_time_ratios(rows: list[dict], baseline: list[dict]) -> str:
+    """Per format (launch variants included) and (head_dim, group): the baseline rows' time over these rows' time,
+    median and range, at the points both hold, beside BF16 SDPA's ratio at the same points (the run-to-run
+    control)."""
+    here, before = _timed_points(rows), _timed_points(baseline)
+    lines = ["| format | head_dim | group | points | baseline ms / these ms, median (min-max) | SDPA: the same |",
+             "|---|---|---|---|---|---|"]
+    shared = sorted({key for key in here if key in before and key[0] != "bf16 (SDPA)"},
+                    key=lambda key: (key[0], key[1:]))
+    for fmt, d, group in dict.fromkeys(key[:3] for key in shared):
+        at = [key for key in shared if key[:3] == (fmt, d, group)]
+        cells = []
+        for name in (fmt, "bf16 (SDPA)"):
+            ratios = [before[(name, *key[1:])]["ms"] / here[(name, *key[1:])]["ms"] for key in at
+                      if (name, *key[1:]) in before and (name, *key[1:]) in here]
+            cells.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-")
+        lines.append(f"| {fmt} | {d} | {group} | {len(at)} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def from_json(paths: list[str], against: list[str] | None = None) -> str:
+    """What --from-json prints: the targets of each format over the saved runs' rows, with --against each format's
+    time ratios against those runs, then each run's table."""
     payloads = read_runs(paths, "--from-json", "format")
     one_device(payloads, "--from-json")
-    parts = [format_targets([r for p in payloads for r in p["rows"]])]
+    rows = [r for p in payloads for r in p["rows"]]
+    parts = [format_targets(rows)]
+    if against:
+        baselines = read_runs(against, "--against", "format")
+        described = "; ".join(f"{p['device']}, {p['date']}" for p in baselines)
+        parts.append(f"Against {described}:\n\n" + format_time_ratios(rows, [r for p in baselines for r in p["rows"]]))
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["rows"][0].get("q_tokens", 1), p["date"])
               for p in payloads]
     return "\n\n".join(parts)
@@ -247,12 +282,17 @@ def main() -> None:
     parser.add_argument("--launch", default="", help="launch variants of every format, e.g. "
                         "'block_n=128,num_warps=8;num_stages=3' (DecodeConfig fields changed from its default)")
     parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
+    parser.add_argument("--against", nargs="+", metavar="FILE",
+                        help="with --from-json: earlier runs to compare each format's time with")
     args = parser.parse_args()
+    if args.against and not args.from_json:
+        raise SystemExit("--against compares saved runs: give the runs to compare with --from-json.")
     if args.from_json:
-        missing = [p for p in args.from_json if not Path(p).is_file()]
-        if missing:
-            raise SystemExit(f"--from-json: no such file: {', '.join(missing)}.")
-        print(from_json(args.from_json))
+        for flag, paths in (("--from-json", args.from_json), ("--against", args.against or [])):
+            missing = [p for p in paths if not Path(p).is_file()]
+            if missing:
+                raise SystemExit(f"{flag}: no such file: {', '.join(missing)}.")
+        print(from_json(args.from_json, args.against))
         return
     launches = parse_launches(args.launch)
     if not torch.cuda.is_available():

@@ -420,6 +420,8 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "INT2 >= BF16 SDPA"),
     ("bench_formats.py", "bench_formats_grid_h200_d{}.json", "bench_formats_kivi_grid_h200.md", 1000,
      "int4 >= BF16 SDPA at 235 of 288 points"),
+    ("bench_formats.py", "bench_formats_kivi4_grid_h200_d{}.json", "bench_formats_kivi4_grid_h200.md", 800,
+     "kivi4 >= BF16 SDPA at 106 of 288 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
     """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 grid) is what the script's
@@ -456,6 +458,37 @@ def test_saved_runs_of_another_kind_are_refused_in_one_sentence(monkeypatch, tmp
     with pytest.raises(SystemExit, match=r"^--against: .*broken.json is not a readable JSON file "
                                          r"\(JSONDecodeError\)\.$"):
         read_runs([str(broken)], "--against", "int2_ms")
+
+
+def test_bench_formats_time_ratios_pair_each_format_and_point(monkeypatch, tmp_path):
+    """format_time_ratios divides the baseline's time by these rows' per format (launch variants apart) and
+    (head_dim, group), at the points both hold, with SDPA's ratio at the same points beside; rows that failed or
+    hold several query tokens are left out. --against without --from-json, or with a missing file, is refused in one
+    sentence."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import format_time_ratios
+
+    def row(fmt, group, batch, ms, q_tokens=1):
+        return dict(head_dim=64, group=group, batch=batch, ctx=1024, q_tokens=q_tokens, format=fmt, ms=ms)
+    rows = [row("bf16 (SDPA)", 4, 1, 1.0), row("bf16 (SDPA)", 4, 8, 2.0), row("kivi4", 4, 1, 1.0),
+            row("kivi4", 4, 8, 2.0), row("kivi4 [warp_rows=8]", 4, 1, 4.0), row("kivi4", 16, 1, 3.0),
+            row("kivi4", 4, 32, 1.0), row("kivi2", 4, 1, 1.0, q_tokens=4)]
+    baseline = [row("bf16 (SDPA)", 4, 1, 1.0), row("bf16 (SDPA)", 4, 8, 3.0), row("kivi4", 4, 1, 2.0),
+                row("kivi4", 4, 8, 3.0), row("kivi4 [warp_rows=8]", 4, 1, 2.0), row("kivi4", 16, 1, 6.0),
+                row("kivi2", 4, 1, 9.0, q_tokens=4)]
+    failed = {**row("kivi4", 16, 8, 0.0), "error": "out of resources"}
+    del failed["ms"]
+    text = format_time_ratios(rows + [failed], baseline + [row("kivi4", 16, 8, 1.0)])
+    assert "| kivi4 | 64 | 4 | 2 | 1.75 (1.50-2.00) | 1.25 (1.00-1.50) |" in text
+    assert "| kivi4 [warp_rows=8] | 64 | 4 | 1 | 0.50 (0.50-0.50) | 1.00 (1.00-1.00) |" in text
+    assert "| kivi4 | 64 | 16 | 1 | 2.00 (2.00-2.00) | - |" in text                 # no SDPA row at group 16
+    assert "kivi2" not in text and "| bf16 (SDPA) |" not in text
+    for args, needle in ((["--against", "a.json"], "--against compares saved runs"),
+                         (["--from-json", str(ROOT / "results/bench/bench_formats_kivi4_grid_h200_d64.json"),
+                           "--against", "missing.json"], "--against: no such file: missing.json.")):
+        proc = subprocess.run([sys.executable, "scripts/bench_formats.py", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_kernel_grid_time_ratios_pair_the_same_points(monkeypatch):
