@@ -266,6 +266,24 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
     assert sum(n for op, n in shared["warp tiles", "False"].items() if op.startswith("LDSM")) >= 12
 
 
+def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions():
+    """decode_sass.py --layout kivi4 / kivi4-d64 (4-bit per-channel keys, offline): the inline-PTX unpack that
+    `channel_key_asm` takes at head_dim 128 issues fewer instructions per 128 tokens than the byte unpack, and at
+    head_dim 64 two key groups per warp (the default's 256-token tiles) fewer than one."""
+    per128 = {}
+    for layout in ("kivi4", "kivi4-d64"):
+        proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--layout", layout], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        for row in (line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| warp")):
+            assert row[0].strip() == "warp tiles, channel keys"
+            per128[layout, row[1].strip(), int(row[2])] = int(row[5])
+    assert set(per128) == {("kivi4", "False", 128), ("kivi4", "True", 128), ("kivi4-d64", "False", 128),
+                           ("kivi4-d64", "False", 256), ("kivi4-d64", "True", 256)}
+    assert per128["kivi4", "True", 128] < per128["kivi4", "False", 128]
+    assert per128["kivi4-d64", "False", 256] < per128["kivi4-d64", "False", 128]
+
+
 def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
     """`decode_sass.py --launches` compiles INT2's launch on every grid (head_dim 64 / 128 / 256, 8- and 16-row
     programs) for sm_90a offline: no history loop spills except under the small grid's 128-register cap, and the

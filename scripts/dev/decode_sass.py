@@ -6,6 +6,8 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
+    python scripts/dev/decode_sass.py --layout kivi4     # KIVI-4 (4-bit channel keys), head_dim 128: +- asm_unpack
+    python scripts/dev/decode_sass.py --layout kivi4-d64  # KIVI-4, head_dim 64: one / two key groups per warp
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
     python scripts/dev/decode_sass.py --launches         # INT2's launch per grid, head_dim and 8 / 16 query rows
     python scripts/dev/decode_sass.py --wide-head-groups  # head_dim 256, one or two groups a row, 8- / 16-row programs
@@ -64,6 +66,7 @@ class Layout:
     k_group: int = 128               # coordinates per token group (token axis) or tokens per group (channel axis)
     v_group: int = 128
     k_channel: bool = False          # KIVI's keys: one (scale, zero) per channel per k_group tokens
+    bits: int = BITS                 # code bits of K and V
 
     def codes(self, group: int, channel: bool) -> int:
         """The kernel's layout code of one side."""
@@ -76,7 +79,9 @@ class Layout:
 
 LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64),
            "kivi2": Layout(k_group=32, v_group=32, k_channel=True),
-           "kivi2-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True)}
+           "kivi2-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True),
+           "kivi4": Layout(k_group=32, v_group=32, k_channel=True, bits=4),
+           "kivi4-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True, bits=4)}
 POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr": "*fp16", "vc_ptr": "*u8",
                  "vs_ptr": "*fp16", "vz_ptr": "*fp16", "fk_ptr": "*bf16", "fv_ptr": "*bf16", "hist_len_ptr": "*i32",
                  "fp_len_ptr": "*i32", "hist_start_ptr": "*i32", "fp_start_ptr": "*i32", "part_o_ptr": "*fp32",
@@ -85,7 +90,7 @@ POINTER_TYPES = {"q_ptr": "*bf16", "kc_ptr": "*u8", "ks_ptr": "*fp16", "kz_ptr":
 
 def runtime_arguments(layout: Layout) -> dict:
     """Scalar arguments of the batch-8 INT2 launch ([B, H, T, D] contiguous tensors as bench_kernels builds them)."""
-    d, q_heads, nb = layout.head_dim, layout.q_heads, layout.head_dim * BITS // 8
+    d, q_heads, nb = layout.head_dim, layout.q_heads, layout.head_dim * layout.bits // 8
     k_rows, k_cols = (HIST // layout.k_group, d) if layout.k_channel else (HIST, d // layout.k_group)
     v_cols = d // layout.v_group
     return dict(qk_scale=d ** -0.5 * LOG2E, kv_heads=KV_HEADS, q_tokens=1, n_rows=q_heads // KV_HEADS,
@@ -126,10 +131,10 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
     block_r = (_warp_rows(cfg, rows) if rows else WARP_TILE_ROWS) if warp_tiles else ROW_BLOCK
-    constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=BITS, V_BITS=BITS,
+    constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=layout.bits, V_BITS=layout.bits,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
-                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * BITS // 8 == 16
+                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * layout.bits // 8 == 16
                       and cfg.block_n // (2 * cfg.num_warps) >= 16,   # as `uses_token_pairs`
                       PAIR_WORDS=uses_pair_words(cfg, block_r), WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
@@ -184,8 +189,16 @@ def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
     int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
     tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles over token pairs with one and two key
-    groups per warp (128- and 256-token tiles, the latter the default), and without pairs."""
+    groups per warp (128- and 256-token tiles, the latter the default), and without pairs; kivi4: the large grid's
+    launch (`launch_config`) without and with asm_unpack (its default); kivi4-d64: one and two key groups per warp
+    (the latter the default), and two with asm_unpack."""
     layout = LAYOUTS[name]
+    if name.startswith("kivi4"):
+        k_spec = QuantSpec(bits=layout.bits, group=layout.k_group, axis="channel")
+        launch = launch_config(layout.head_dim, True, "large", k_spec, QuantSpec(bits=layout.bits, group=32))
+        if name == "kivi4":
+            return [replace(launch, asm_unpack=False), replace(launch, asm_unpack=True)]
+        return [replace(launch, block_n=128), launch, replace(launch, asm_unpack=True)]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
         return [default, replace(default, token_pairs=False)]
@@ -199,7 +212,7 @@ def variants(name: str) -> list[DecodeConfig]:
 
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
-    pairs = cfg.token_pairs and layout.head_dim * BITS // 8 == 16
+    pairs = cfg.token_pairs and layout.head_dim * layout.bits // 8 == 16
     if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
         return "warp tiles, channel keys" + (", pairs" if pairs else "")
     if not (cfg.warp_tiles and layout.per_token):
