@@ -263,6 +263,21 @@ def test_kivi4_launch_per_shape():
                 assert cfg.asm_unpack == (head_dim == 256 or (head_dim == 128 and grid != "tiny"))
 
 
+def test_short_kivi_histories_with_many_rows_at_head_dim_64_take_the_row_major_loop():
+    """default_launch: per-channel keys at head_dim 64 with 12-16 rows on the tiny grid (batch 1) over at most
+    SHORT_HISTORY_TOKENS packed tokens take the row-major loop, the launch they had before warp tiles served them;
+    longer histories, up to 8 rows, larger grids and other head_dims keep the warp tiles."""
+    from kernels.decode.launch import SHORT_HISTORY_TOKENS, default_launch
+    kivi2_k, kivi2_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
+    for k, v in ((kivi4_k, kivi4_v), (kivi2_k, kivi2_v)):
+        short = default_launch(64, k, v, 16, 8, 132, 704)
+        assert short == default_config(64, True, "tiny", False, 16) and not uses_warp_tiles(short, k, v, 64)
+        assert default_launch(64, k, v, 12, 8, 132, SHORT_HISTORY_TOKENS) == short
+        for args in ((16, 8, SHORT_HISTORY_TOKENS + 1), (8, 8, 704), (16, 256, 704)):
+            assert default_launch(64, k, v, *args[:2], 132, args[2]).channel_key_tiles
+        assert default_launch(128, k, v, 16, 8, 132, 704).channel_key_tiles
+
+
 def test_channel_key_tiles_need_whole_key_groups_per_warp():
     """Key groups of 32 tokens need warp sub-tiles of whole groups (32, 64, ... tokens); off unless the launch asks
     for it."""

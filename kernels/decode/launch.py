@@ -292,13 +292,28 @@ def short_history_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, rows: i
     return replace(cfg, block_n=128, num_warps=2)
 
 
+def short_history_row_major(cfg: DecodeConfig, grid: str, head_dim: int, rows: int,
+                            history_tokens: int) -> DecodeConfig:
+    """cfg, or the row-major loop (`default_config`'s launch for per-channel keys) where per-channel keys on warp tiles
+    at head_dim 64 would serve more than WARP_TILE_ROWS query rows on the tiny grid (batch 1) over at most
+    SHORT_HISTORY_TOKENS packed tokens. H200, groups 12 / 16, batch 1 / 1k: KIVI-4 6.9-7.0 us on the row-major loop
+    against 9.9-10.1 us on the two-group tiles (results/bench/bench_formats_kivi4_grid_h200.md), KIVI-2 8 against 9
+    us in 8-row programs (bench_formats_kivi_grid_h200.md); from 8k on the tiles were faster (KIVI-2) or within 1.8
+    us (KIVI-4 at 8k: 16.6 against 18.4 us; 32k 41.0 against 35.0)."""
+    if not (cfg.channel_key_tiles and grid == "tiny" and head_dim == 64 and rows > WARP_TILE_ROWS
+            and 0 < history_tokens <= SHORT_HISTORY_TOKENS):
+        return cfg
+    return default_config(head_dim, True, grid, False, rows)
+
+
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
                    history_tokens: int) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens: the family by `launch_grid`, its launch by
-    `launch_config`, then `short_history_two_warps` and `eight_row_programs`."""
+    `launch_config`, then `short_history_row_major`, `short_history_two_warps` and `eight_row_programs`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
-    cfg = launch_config(head_dim, True, grid, k_spec, v_spec, rows)
+    cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
+                                  history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
