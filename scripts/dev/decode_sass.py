@@ -10,6 +10,8 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py --layout kivi4-d64  # KIVI-4, head_dim 64: one / two key groups per warp
     python scripts/dev/decode_sass.py --single-launch    # the memory ordering of DecodeConfig.single_launch's merge
     python scripts/dev/decode_sass.py --launches         # INT2's launch per grid, head_dim and 8 / 16 query rows
+    python scripts/dev/decode_sass.py --launches --layout kivi4   # the same for KIVI-4's launch (kivi2: KIVI-2's)
+    python scripts/dev/decode_sass.py --launches --no-cap --layout kivi4   # each of those launches without maxnreg
     python scripts/dev/decode_sass.py --wide-head-groups  # head_dim 256, one or two groups a row, 8- / 16-row programs
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
@@ -228,16 +230,24 @@ def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
     return f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spills}"
 
 
-def launch_rows(head_dims=(64, 128, 256), groups=(4, 16)) -> list[str]:
-    """Markdown rows of INT2's launch on every grid: registers, loop instructions per 128 tokens, loop spills."""
+def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None = None,
+                uncapped: bool = False) -> list[str]:
+    """Markdown rows of INT2's launch (kivi_bits: KIVI's, per-channel keys in 32-token groups and per-token value
+    groups of 32 at that many bits) on every grid: registers, loop instructions per 128 tokens, loop spills;
+    uncapped: each launch without its register cap (maxnreg)."""
     lines = []
     for d in head_dims:
-        spec = QuantSpec(bits=BITS, group=d)
+        if kivi_bits:
+            k_spec, v_spec = QuantSpec(bits=kivi_bits, group=32, axis="channel"), QuantSpec(bits=kivi_bits, group=32)
+        else:
+            k_spec = v_spec = QuantSpec(bits=BITS, group=d)
         for group in groups:
+            layout = Layout(d, group * KV_HEADS, k_spec.group, v_spec.group, bool(kivi_bits), kivi_bits or BITS)
             for grid in GRIDS:
-                cfg = launch_config(d, True, grid, spec, spec, group)
+                cfg = launch_config(d, True, grid, k_spec, v_spec, group)
+                cfg = replace(cfg, maxnreg=None) if uncapped else cfg
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
-                             f"{loop_counts(cfg, Layout(d, group * KV_HEADS, d, d), group)} |")
+                             f"{cfg.warp_rows} | {cfg.asm_unpack} | {loop_counts(cfg, layout, group)} |")
     return lines
 
 
@@ -278,7 +288,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=8, help="opcodes listed per row")
     parser.add_argument("--layout", default="int2", choices=sorted(LAYOUTS))
     parser.add_argument("--single-launch", action="store_true", help="print the merge's memory ordering and stop")
-    parser.add_argument("--launches", action="store_true", help="INT2's launch per grid, head_dim and rows; stop")
+    parser.add_argument("--launches", action="store_true",
+                        help="INT2's launch (a kivi --layout: KIVI's) per grid, head_dim and rows; stop")
+    parser.add_argument("--no-cap", action="store_true", help="with --launches: each launch without its register cap")
     parser.add_argument("--wide-head-groups", action="store_true",
                         help="head_dim 256 with one or two groups a row, 8- and 16-row programs; stop")
     args = parser.parse_args()
@@ -288,7 +300,9 @@ def main() -> None:
         print_table(["groups per row", "query rows", "rows per program", *counts], wide_head_group_rows())
         return
     if args.launches:
-        print_table(["head_dim", "GQA", "grid", "tokens / tile", "warps", "maxnreg", *counts], launch_rows())
+        kivi_bits = layout.bits if layout.k_channel else None
+        print_table(["head_dim", "GQA", "grid", "tokens / tile", "warps", "maxnreg", "warp_rows", "asm_unpack",
+                     *counts], launch_rows(kivi_bits=kivi_bits, uncapped=args.no_cap))
         return
     if args.single_launch:
         for grid in ("small", "large"):
