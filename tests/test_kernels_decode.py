@@ -205,14 +205,17 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
         assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("head_dim, block_n", [(64, 256), (128, 128)])
-def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block_n):
-    """12 query rows per KV head in 8-row programs (`warp_rows`, the tiny grid's KIVI launch from 9 rows on) over
-    per-channel keys on warp tiles, pair rows at head_dim 64, with splits that cut key groups."""
-    args, kw = make_inputs(2, 24, 2, 1, head_dim, 480, 9, QuantSpec(bits=2, group=32, axis="channel"),
-                           QuantSpec(bits=2, group=32))
+@pytest.mark.parametrize("head_dim, block_n, bits, warp_rows", [
+    (64, 256, 2, WARP_TILE_ROWS), (128, 128, 2, WARP_TILE_ROWS), (256, 128, 2, WARP_TILE_ROWS),
+    (128, 128, 4, WARP_TILE_ROWS), (256, 128, 4, WARP_TILE_ROWS), (64, 256, 4, None)])
+def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block_n, bits, warp_rows):
+    """12 query rows per KV head in 8-row programs (`warp_rows`: KIVI's launch from 9 rows on at head_dim 256, and on
+    the tiny grid below it) over per-channel keys on warp tiles, pair rows at head_dim 64 and 2 bits, with splits that
+    cut key groups; 4-bit keys at head_dim 64 in two-group tiles of one 16-row program (KIVI-4's launch there)."""
+    args, kw = make_inputs(2, 24, 2, 1, head_dim, 480, 9, QuantSpec(bits=bits, group=32, axis="channel"),
+                           QuantSpec(bits=bits, group=32))
     cfg = DecodeConfig(block_n=block_n, block_f=32, num_warps=4, num_stages=1, warp_tiles=True,
-                       channel_key_tiles=True, warp_rows=WARP_TILE_ROWS)
+                       channel_key_tiles=True, warp_rows=warp_rows)
     assert uses_warp_tiles(cfg, kw["k_spec"], kw["v_spec"], head_dim)
     out = decode_attention(*args, **kw, num_splits=2, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
