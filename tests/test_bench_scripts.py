@@ -305,9 +305,9 @@ def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
 def test_decode_sass_launches_of_kivi_name_their_spills(layout):
     """`decode_sass.py --launches --layout kivi2 / kivi4` compiles KIVI's launch (`launch_config`) on every grid for
     sm_90a offline, with its 8-row programs and inline-PTX unpack. Its history loop spills only where the registers
-    run out: under the tiny and small grids' 128-register cap, or at 255 (KIVI-4 at head_dim 256, KIVI-2's 16-row
-    programs at 64; bench_formats_kivi4_grid_h200.md lists the counts). KIVI-4 unpacks in inline PTX at head_dim 256
-    and off the tiny grid at 128."""
+    run out: under the tiny and small grids' 128-register cap, or at 255 (KIVI-2's 16-row programs at head_dim 64;
+    bench_formats_kivi4_grid_h200.md lists the counts); KIVI-4 at head_dim 256, chunked (`_key_chunks`), not at all.
+    KIVI-4 unpacks in inline PTX at head_dim 256 and off the tiny grid at 128."""
     proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--launches", "--layout", layout], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -316,6 +316,7 @@ def test_decode_sass_launches_of_kivi_name_their_spills(layout):
     assert len(rows) == 24
     for head_dim, group, grid, _, _, maxnreg, warp_rows, asm, registers, per128, spills in rows:
         assert int(spills) == 0 or maxnreg == "128" or registers == "255", (head_dim, group, grid)
+        assert int(spills) == 0 or head_dim != "256"
         assert asm == str(layout == "kivi4" and (head_dim == "256" or (head_dim == "128" and grid != "tiny")))
         eight = group == "16" and (head_dim == "256" or grid == "tiny" and (head_dim == "128" or layout == "kivi2"))
         assert warp_rows == ("8" if eight else "None")

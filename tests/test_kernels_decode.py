@@ -180,6 +180,8 @@ KIVI_TILES = {  # name: (B, H_q, H_kv, T_q, D, N, M, k_spec, v_spec, num_splits)
                                 QuantSpec(bits=2, group=32), None),
     "kivi4-d64-splits3": (2, 8, 2, 1, 64, 480, 9, QuantSpec(bits=4, group=32, axis="channel"),
                           QuantSpec(bits=4, group=32), 3),
+    "kivi4-d256-value-blocks": (1, 6, 1, 2, 256, 224, 7, QuantSpec(bits=4, group=32, axis="channel"),
+                                QuantSpec(bits=4, group=32), 2),
 }
 kivi4_k, kivi4_v = QuantSpec(bits=4, group=32, axis="channel"), QuantSpec(bits=4, group=32)
 
@@ -192,7 +194,9 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
     padding) and splits whose bounds cut groups, match the reference; at head_dim 64 and 2 bits also over pair
     rows (`_history_warp_channel_pairs`), with value groups of 32 (two per token) and 64, 16-row programs (GQA 3 x
     T_q 4) and a history shorter than one group. The "splits3" cases give each warp two key groups (64 tokens); the
-    "value-blocks" cases hold value groups narrower than a field (32 of a field's 64 coordinates: row blocks)."""
+    "value-blocks" cases hold value groups narrower than a field (32 of a field's 64 coordinates: row blocks);
+    KIVI-4 at head_dim 256 (128-byte key fields) dequantizes each field in two column chunks (`_key_chunks`), here in
+    a 12-row program."""
     *shape, num_splits = KIVI_TILES[name]
     args, kw = make_inputs(*shape)
     cfg = DecodeConfig(block_n=256 if name.endswith("splits3") else 128, block_f=32, num_warps=4, num_stages=1,

@@ -7,8 +7,12 @@ Each key field is dequantized in the dot dtype with its token's group channel (s
 Scaling the query by each group's channel scales instead (one B operand per group, moved into the MMA layout every
 tile, plus a bias sum) issued more: offline SASS at head_dim 64 with pairs 1,221 -> 942 instructions per 128 tokens,
 46 -> 10 barriers. Head_dim 64 at 2 bits (16-byte tokens) reads pair rows (pairs.py). From head_dim 128 each tile's
-channel (scale, zero) pairs are loaded one tile ahead, like the values' per-token ones. The values and the epilogue
-are warp_tiles.py's (pairs.py's over pair rows).
+channel (scale, zero) pairs are loaded one tile ahead, like the values' per-token ones. A key field of 128 bytes per
+token (head_dim 256 at 4 bits) is loaded and dequantized in two column chunks of 64 channels (`_key_chunks`), so that
+one dequantized chunk, not the whole [tokens, 128] field, is live at a time: offline SASS of KIVI-4's head_dim-256
+loop (`python scripts/dev/decode_sass.py --launches --layout kivi4`) 2,157 -> 1,829 instructions per warp and 128
+tokens and 51 -> 0 spill instructions, at 255 registers either way (not yet timed on a GPU). The values and the
+epilogue are warp_tiles.py's (pairs.py's over pair rows).
 """
 from __future__ import annotations
 
@@ -28,17 +32,20 @@ KEY_META_AHEAD_MIN_D = tl.constexpr(128)
 
 @triton.jit
 def _channel_meta(s_ptr, z_ptr, first_group, end, stride_n, WARPS: tl.constexpr, GW: tl.constexpr,
-                  COPIES: tl.constexpr, K_GROUP: tl.constexpr, KP: tl.constexpr, KB: tl.constexpr):
-    """The channel (scale, zero) of the GW key groups of each warp from group first_group on, for every field, the
-    field's KB channels COPIES times (2: a pair row's two tokens): a flat tuple (s_0, z_0, s_1, ...) of
-    [WARPS, GW * COPIES * KB] tensors, group-major, in their stored dtype."""
-    WIDTH: tl.constexpr = COPIES * KB
+                  COPIES: tl.constexpr, K_GROUP: tl.constexpr, KP: tl.constexpr, KB: tl.constexpr,
+                  CHUNKS: tl.constexpr):
+    """The channel (scale, zero) of the GW key groups of each warp from group first_group on, for every field and
+    each of its CHUNKS column chunks, the chunk's KB / CHUNKS channels COPIES times (2: a pair row's two tokens): a
+    flat tuple (s_0, z_0, s_1, ...), chunk u = f * CHUNKS + c, of [WARPS, GW * COPIES * KB / CHUNKS] tensors,
+    group-major, in their stored dtype."""
+    KC: tl.constexpr = KB // CHUNKS
+    WIDTH: tl.constexpr = COPIES * KC
     cols = tl.arange(0, GW * WIDTH)
     groups = first_group + tl.arange(0, WARPS)[:, None] * GW + (cols // WIDTH)[None, :]   # [WARPS, GW * WIDTH]
     ok = groups * K_GROUP < end
     metas = ()
-    for f in tl.static_range(KP):
-        ptrs = groups * stride_n + f * KB + (cols % KB)[None, :]
+    for u in tl.static_range(KP * CHUNKS):
+        ptrs = groups * stride_n + u * KC + (cols % KC)[None, :]
         metas = metas + (tl.load(s_ptr + ptrs, mask=ok, other=0.0), tl.load(z_ptr + ptrs, mask=ok, other=0.0))
     return metas
 
@@ -58,29 +65,32 @@ def _group_rows(x, GROUPS: tl.constexpr, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _dequant_keys(packed, meta, f: tl.constexpr, BITS: tl.constexpr, GROUPS: tl.constexpr, ROWS: tl.constexpr,
-                  FP16: tl.constexpr, ASM: tl.constexpr):
-    """Field f of a key tile packed [WARPS, N, C] (N = GROUPS * ROWS rows) dequantized with each row's group channel
-    (scale, zero) of `_channel_meta`'s tuple: (code - zero) * scale in the dot dtype, the exact field
+def _dequant_keys(packed, meta, f: tl.constexpr, u: tl.constexpr, BITS: tl.constexpr, GROUPS: tl.constexpr,
+                  ROWS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+    """Field f of a key tile's column chunk packed [WARPS, N, C] (N = GROUPS * ROWS rows) dequantized with each row's
+    group channel (scale, zero) of `_channel_meta`'s chunk u: (code - zero) * scale in the dot dtype, the exact field
     (2^(f*BITS) * code) times scale * 2^(-f*BITS) plus -scale * zero."""
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
-    s = meta[2 * f].to(tl.float32)
+    s = meta[2 * u].to(tl.float32)
     scale = _group_rows((s * (1.0 / (1 << (f * BITS)))).to(dtype), GROUPS, ROWS)
-    shift = _group_rows((-s * meta[2 * f + 1].to(tl.float32)).to(dtype), GROUPS, ROWS)
+    shift = _group_rows((-s * meta[2 * u + 1].to(tl.float32)).to(dtype), GROUPS, ROWS)
     return _field(packed, f, BITS, FP16, FIELD_EXACT, ASM) * scale + shift
 
 
 @triton.jit
 def _key_dots(packed, meta, q_t, BITS: tl.constexpr, GROUPS: tl.constexpr, ROWS: tl.constexpr, FP16: tl.constexpr,
               ASM: tl.constexpr):
-    """Scores of a key tile packed [WARPS, N, C]: sum_f dequantized field_f [WARPS, N, C] @ q_t[f] [WARPS, C, COLS]."""
+    """Scores of a key tile in column chunks packed (a tuple of [WARPS, N, C]): sum over fields f and chunks c of
+    dequantized field_f of chunk c [WARPS, N, C] @ q_t[f * chunks + c] [WARPS, C, COLS]."""
     KP: tl.constexpr = 8 // BITS
+    CHUNKS: tl.constexpr = len(packed)
     for f in tl.static_range(KP - 1, -1, -1):
-        k = _dequant_keys(packed, meta, f, BITS, GROUPS, ROWS, FP16, ASM)
-        if f == KP - 1:
-            qk = tl.dot(k, q_t[f])
-        else:
-            qk = tl.dot(k, q_t[f], qk)                                              # [WARPS, N, COLS]
+        for c in tl.static_range(CHUNKS):
+            k = _dequant_keys(packed[c], meta, f, f * CHUNKS + c, BITS, GROUPS, ROWS, FP16, ASM)
+            if f == KP - 1 and c == 0:
+                qk = tl.dot(k, q_t[f * CHUNKS + c])
+            else:
+                qk = tl.dot(k, q_t[f * CHUNKS + c], qk)                             # [WARPS, N, COLS]
     return qk
 
 
@@ -91,6 +101,33 @@ def _true_scale_fields(qf, BITS: tl.constexpr, FP16: tl.constexpr):
     q_t = ()
     for f in tl.static_range(8 // BITS):
         q_t = q_t + ((tl.trans(qf[f]).to(tl.float32) * (1 << (f * BITS))).to(tl.float16 if FP16 else tl.float32),)
+    return q_t
+
+
+@triton.constexpr_function
+def _key_chunks(KB):
+    """Column chunks of a key field of KB bytes per token: 2 from 128 bytes (head_dim 256 at 4 bits), else 1."""
+    return 2 if KB >= 128 else 1
+
+
+@triton.jit
+def _chunk_operands(q_ptr, q_rows, row_ok, qk_scale, qf, KP: tl.constexpr, KB: tl.constexpr, CHUNKS: tl.constexpr,
+                    WARPS: tl.constexpr, BITS: tl.constexpr, FP16: tl.constexpr):
+    """The score dots' B operands, q at its own scale for each key field f and column chunk c: a tuple, u = f *
+    CHUNKS + c, of [WARPS, KB / CHUNKS, R] in the dot dtype (qf: `_query_fields`' fields, used whole for one chunk;
+    chunks load q's coordinates f * KB + c * KB / CHUNKS + i again, scaled and rounded as `_query_fields` does)."""
+    R: tl.constexpr = row_ok.shape[0]
+    KC: tl.constexpr = KB // CHUNKS
+    q_t = ()
+    if CHUNKS == 1:
+        q_true = _true_scale_fields(qf, BITS, FP16)
+        for f in tl.static_range(KP):
+            q_t = q_t + (tl.broadcast_to(q_true[f][None, :, :], (WARPS, KB, R)),)
+    else:
+        for u in tl.static_range(KP * CHUNKS):
+            x = tl.load(q_ptr + q_rows[:, None] + u * KC + tl.arange(0, KC)[None, :], mask=row_ok[:, None], other=0.0)
+            x = (x.to(tl.float32) * qk_scale).to(tl.float16 if FP16 else tl.float32)  # [R, KC]
+            q_t = q_t + (tl.broadcast_to(tl.trans(x)[None, :, :], (WARPS, KC, R)),)
     return q_t
 
 
@@ -110,17 +147,17 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS                                         # tokens per warp
     GW: tl.constexpr = BLOCK_W // K_GROUP                                            # key groups per warp
     R: tl.constexpr = row_ok.shape[0]
-    q_true = _true_scale_fields(qf, K_BITS, FP16)
-    q_t = ()
-    for f in tl.static_range(KP):
-        q_t = q_t + (tl.broadcast_to(q_true[f][None, :, :], (WARPS, KB, R)),)          # [WARPS, KB, R]
+    CHUNKS: tl.constexpr = _key_chunks(KB)
+    KC: tl.constexpr = KB // CHUNKS                                                  # channels per chunk
+    q_t = _chunk_operands(q_ptr, q_rows, row_ok, qk_scale, qf, KP, KB, CHUNKS, WARPS, K_BITS, FP16)
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]    # [WARPS, BLOCK_W]
-    kb = tl.arange(0, KB)
+    kb = tl.arange(0, KC)
     first = start - start % K_GROUP
     v_meta = _group_meta(vs_ptr, vz_ptr, first + sub, first + sub < end, stride_vsn, VG)
     if D >= KEY_META_AHEAD_MIN_D:                                                   # the first tile's, ahead
-        k_ahead = _channel_meta(ks_ptr, kz_ptr, first // K_GROUP, end, stride_ksn, WARPS, GW, 1, K_GROUP, KP, KB)
+        k_ahead = _channel_meta(ks_ptr, kz_ptr, first // K_GROUP, end, stride_ksn, WARPS, GW, 1, K_GROUP, KP, KB,
+                                CHUNKS)
     for n0 in range(first, end, BLOCK_N):
         offs_n = n0 + sub
         stored = offs_n < end
@@ -129,11 +166,14 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         if D >= KEY_META_AHEAD_MIN_D:
             k_meta = k_ahead
             k_ahead = _channel_meta(ks_ptr, kz_ptr, (n0 + BLOCK_N) // K_GROUP, end, stride_ksn, WARPS, GW, 1, K_GROUP,
-                                    KP, KB)
+                                    KP, KB, CHUNKS)
         else:                                                                        # this tile's, loaded here
-            k_meta = _channel_meta(ks_ptr, kz_ptr, n0 // K_GROUP, end, stride_ksn, WARPS, GW, 1, K_GROUP, KP, KB)
-        packed = tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + kb[None, None, :], mask=stored[:, :, None],
-                         other=0)                                                    # [WARPS, BLOCK_W, KB]
+            k_meta = _channel_meta(ks_ptr, kz_ptr, n0 // K_GROUP, end, stride_ksn, WARPS, GW, 1, K_GROUP, KP, KB,
+                                   CHUNKS)
+        packed = ()
+        for c in tl.static_range(CHUNKS):
+            packed = packed + (tl.load(kc_ptr + offs_n[:, :, None] * stride_kcn + c * KC + kb[None, None, :],
+                                       mask=stored[:, :, None], other=0),)           # [WARPS, BLOCK_W, KC]
         qk = _key_dots(packed, k_meta, q_t, K_BITS, GW, K_GROUP, FP16, ASM)          # [WARPS, BLOCK_W, R]
         qk = tl.where(((offs_n >= start) & stored)[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
@@ -180,11 +220,11 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
         v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG)   # a tile ahead
-        k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB)
+        k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB, 1)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
         packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
                          other=0)                                                    # [WARPS, PW, 2KB]
-        qk = _key_dots(packed, k_meta, q2, K_BITS, GW, GROUP_ROWS, FP16, ASM)        # [WARPS, PW, 2R]
+        qk = _key_dots((packed,), k_meta, q2, K_BITS, GW, GROUP_ROWS, FP16, ASM)     # [WARPS, PW, 2R]
         m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
                                              V_BITS, VP // VG, FP16, ASM)
         v_meta = v_next
