@@ -34,7 +34,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -45,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kernels import (KV_HEADS, RECENT, SINK, AttnShape, bf16_bytes, bf16_kernel_call,  # noqa: E402
                            copy_bandwidth, decode_args, graph_ms, point_grid, point_launch, sdpa_call)
-from bench_kernel_grid import GRID_BATCHES, GRID_CTXS, one_device, read_runs, target_summary  # noqa: E402
+from bench_kernel_grid import (GRID_BATCHES, GRID_CTXS, describe_runs, median_span, one_device,  # noqa: E402
+                               read_runs, target_summary)
 from harness.cli_args import (batch_ctx_points, kernel_head_dims, positive_int,  # noqa: E402
                               positive_ints)
 from harness.quantizer import build_quantizer  # noqa: E402
@@ -241,15 +241,14 @@ def format_time_ratios(rows: list[dict], baseline: list[dict]) -> str:
     here, before = _timed_points(rows), _timed_points(baseline)
     lines = ["| format | head_dim | group | points | baseline ms / these ms, median (min-max) | SDPA: the same |",
              "|---|---|---|---|---|---|"]
-    shared = sorted({key for key in here if key in before and key[0] != "bf16 (SDPA)"},
-                    key=lambda key: (key[0], key[1:]))
+    shared = sorted(key for key in here if key in before and key[0] != "bf16 (SDPA)")
     for fmt, d, group in dict.fromkeys(key[:3] for key in shared):
         at = [key for key in shared if key[:3] == (fmt, d, group)]
         cells = []
         for name in (fmt, "bf16 (SDPA)"):
             ratios = [before[(name, *key[1:])]["ms"] / here[(name, *key[1:])]["ms"] for key in at
                       if (name, *key[1:]) in before and (name, *key[1:]) in here]
-            cells.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-")
+            cells.append(median_span(ratios))
         lines.append(f"| {fmt} | {d} | {group} | {len(at)} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
@@ -263,8 +262,8 @@ def from_json(paths: list[str], against: list[str] | None = None) -> str:
     parts = [format_targets(rows)]
     if against:
         baselines = read_runs(against, "--against", "format")
-        described = "; ".join(f"{p['device']}, {p['date']}" for p in baselines)
-        parts.append(f"Against {described}:\n\n" + format_time_ratios(rows, [r for p in baselines for r in p["rows"]]))
+        parts.append(f"Against {describe_runs(baselines)}:\n\n" +
+                     format_time_ratios(rows, [r for p in baselines for r in p["rows"]]))
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["rows"][0].get("q_tokens", 1), p["date"])
               for p in payloads]
     return "\n\n".join(parts)

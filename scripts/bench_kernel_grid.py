@@ -95,6 +95,11 @@ def _span(values: list[float], fmt: str) -> str:
     return "-" if not values else f"{min(values):{fmt}}-{max(values):{fmt}}"
 
 
+def median_span(ratios: list[float]) -> str:
+    """'median (min-max)' of time ratios, two decimals; '-' without any."""
+    return f"{statistics.median(ratios):.2f} ({_span(ratios, '.2f')})" if ratios else "-"
+
+
 def _points(rows: list[dict]) -> str:
     """Grid points as 'head_dim/group/batch/ctx', comma-separated."""
     return ", ".join(f"{r['head_dim']}/{r['group']}/{r['batch']}/{r['ctx']}" for r in rows) or "none"
@@ -147,12 +152,13 @@ def time_ratios(rows: list[dict], baseline: list[dict]) -> str:
         cells = []
         for call in ("int2", "sdpa"):
             ratios = [b[f"{call}_ms"] / r[f"{call}_ms"] for b, r in pairs]
-            cells.append(f"{statistics.median(ratios):.2f} ({_span(ratios, '.2f')})")
+            cells.append(median_span(ratios))
         lines.append(f"| {d} | {len(pairs)} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
-def _described(payloads: list[dict]) -> str:
+def describe_runs(payloads: list[dict]) -> str:
+    """Each saved run as 'device, date, head_dim [...]', '; '-separated."""
     return "; ".join(f"{p['device']}, {p['date']}, head_dim {sorted({r['head_dim'] for r in p['rows']})}"
                      for p in payloads)
 
@@ -203,7 +209,7 @@ def from_json(paths: list[str], against: list[str] | None = None) -> str:
                      f"targets count each point once, from the last file that holds it.")
     if against:
         baseline = read_runs(against, "--against", "int2_ms")
-        parts += [f"Against {_described(baseline)} (these runs: {_described(payloads)}):",
+        parts += [f"Against {describe_runs(baseline)} (these runs: {describe_runs(payloads)}):",
                   time_ratios(rows, [r for p in baseline for r in p["rows"]])]
     parts += [markdown(p["device"], p["copy_tbs"], p["rows"], p["date"]) for p in payloads]
     return "\n\n".join(parts)

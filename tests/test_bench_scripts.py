@@ -383,7 +383,6 @@ def test_bench_formats_points_take_the_kernel_grid_by_name(monkeypatch):
     """--points grid is bench_kernel_grid.py's 16 points, batch fastest (the order of the committed format grid's
     runs); other text stays batch:ctx and is refused otherwise."""
     import argparse
-    import pytest
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     from bench_formats import format_points
     grid = format_points("grid")
@@ -463,9 +462,9 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "kivi4 >= BF16 SDPA at 106 of 288 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
-    """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 grid) is what the script's
-    --from-json prints from its JSON (targets and tables, no hand-typed line), and a missing file is refused in one
-    sentence."""
+    """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids) is what
+    the script's --from-json prints from its JSON (targets and tables, no hand-typed line), and a missing file is
+    refused in one sentence."""
     bench = ROOT / "results" / "bench"
     files = [str(bench / runs.format(d)) for d in (64, 128, 256)]
     proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", *files], cwd=ROOT,
@@ -482,7 +481,6 @@ def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_li
 def test_saved_runs_of_another_kind_are_refused_in_one_sentence(monkeypatch, tmp_path):
     """read_runs (both scripts' --from-json and --against) takes only JSON runs whose rows hold the script's key:
     a bench_formats run given to bench_kernel_grid, a composite file or a broken file ends with one sentence."""
-    import pytest
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     from bench_kernel_grid import read_runs
     bench = ROOT / "results" / "bench"

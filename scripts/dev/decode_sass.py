@@ -187,6 +187,11 @@ def history_loop(lines: list[str]) -> list[str]:
     return best
 
 
+def kivi_specs(bits: int) -> tuple[QuantSpec, QuantSpec]:
+    """KIVI's (key, value) specs at `bits`: per-channel keys in 32-token groups, per-token value groups of 32."""
+    return QuantSpec(bits=bits, group=32, axis="channel"), QuantSpec(bits=bits, group=32)
+
+
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
     int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
@@ -196,8 +201,7 @@ def variants(name: str) -> list[DecodeConfig]:
     (the latter the default), and two with asm_unpack."""
     layout = LAYOUTS[name]
     if name.startswith("kivi4"):
-        k_spec = QuantSpec(bits=layout.bits, group=layout.k_group, axis="channel")
-        launch = launch_config(layout.head_dim, True, "large", k_spec, QuantSpec(bits=layout.bits, group=32))
+        launch = launch_config(layout.head_dim, True, "large", *kivi_specs(layout.bits))
         if name == "kivi4":
             return [replace(launch, asm_unpack=False), replace(launch, asm_unpack=True)]
         return [replace(launch, block_n=128), launch, replace(launch, asm_unpack=True)]
@@ -237,10 +241,7 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None 
     uncapped: each launch without its register cap (maxnreg)."""
     lines = []
     for d in head_dims:
-        if kivi_bits:
-            k_spec, v_spec = QuantSpec(bits=kivi_bits, group=32, axis="channel"), QuantSpec(bits=kivi_bits, group=32)
-        else:
-            k_spec = v_spec = QuantSpec(bits=BITS, group=d)
+        k_spec, v_spec = kivi_specs(kivi_bits) if kivi_bits else (QuantSpec(bits=BITS, group=d),) * 2
         for group in groups:
             layout = Layout(d, group * KV_HEADS, k_spec.group, v_spec.group, bool(kivi_bits), kivi_bits or BITS)
             for grid in GRIDS:
