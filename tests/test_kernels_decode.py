@@ -257,8 +257,8 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
 
 def test_kivi4_launch_per_shape():
     """KIVI-4 (4-bit per-channel keys) on warp tiles at every head_dim and grid: two key groups a warp at head_dim
-    64, 8-row programs from 9 rows at 256 and on the tiny grid at 128, inline-PTX unpack from 128 except the tiny
-    grid at 128 (the H200 sweep in bench_formats_kivi4_grid_h200.md)."""
+    64, 8-row programs from 9 rows at 256 and on the tiny grid at 128, inline-PTX unpack at 256, at 128 off the tiny
+    grid and at 64 with up to 8 rows (the H200 sweeps in bench_formats_kivi4_grid_h200.md)."""
     for grid in GRIDS:
         for head_dim in (64, 128, 256):
             for rows in (4, 16):
@@ -267,7 +267,8 @@ def test_kivi4_launch_per_shape():
                 assert cfg.block_n // cfg.num_warps == (64 if head_dim == 64 else 32)
                 eight = rows > WARP_TILE_ROWS and (head_dim == 256 or (head_dim == 128 and grid == "tiny"))
                 assert cfg.warp_rows == (WARP_TILE_ROWS if eight else None)
-                assert cfg.asm_unpack == (head_dim == 256 or (head_dim == 128 and grid != "tiny"))
+                asm = head_dim == 256 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= 8)
+                assert cfg.asm_unpack == asm
 
 
 def test_short_kivi_histories_with_many_rows_at_head_dim_64_take_the_row_major_loop():

@@ -199,7 +199,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         cfg = replace(cfg, **TINY_INT2)
     if not on_gpu or k_spec.axis != "channel":
         return cfg
-    tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=channel_key_asm(grid, head_dim, k_spec))
+    asm = channel_key_asm(grid, head_dim, k_spec, rows)
+    tiles = replace(cfg, warp_tiles=True, channel_key_tiles=True, asm_unpack=asm)
     if head_dim == 64:                           # two key groups a warp (2-bit keys: pair rows)
         tiles = replace(tiles, block_n=2 * k_spec.group * tiles.num_warps)
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
@@ -208,13 +209,16 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
-def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec) -> bool:
-    """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`): 4-bit keys from
-    head_dim 128 on, except on the tiny grid at 128. H200 sweep, KIVI-4, groups 4 and 16
+def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int = WARP_TILE_ROWS) -> bool:
+    """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`): 4-bit keys at head_dim
+    256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows. H200 sweeps, KIVI-4
     (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 /
-    100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower.
-    KIVI-2 keeps the byte unpack (not timed)."""
-    return k_spec.container_bits == 4 and (head_dim > 128 or (head_dim == 128 and grid != "tiny"))
+    100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower;
+    head_dim 64, groups 1 / 4 / 8, batch 1 / 8k to 32 / 100k: 0.93-1.00x the time (batch 32 / 100k 0.821-0.831 ->
+    0.763-0.788 ms), group 16 from batch 3 on 1.03-1.06x. KIVI-2 keeps the byte unpack (not timed)."""
+    if k_spec.container_bits != 4:
+        return False
+    return head_dim > 128 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= WARP_TILE_ROWS)
 
 
 def channel_key_rows(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> int | None:
