@@ -229,7 +229,7 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
     bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256, 8-row programs for
     12-16 query rows over 2-bit keys on the tiny grid up to head_dim 128 and on every grid at 256; other key groups,
-    per-token keys and the interpreter keep their launch."""
+    per-token keys and the interpreter keep their launch (their register cap and split target are tested apart)."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128, 256):
         for grid in GRIDS:
@@ -237,9 +237,9 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi_k, kivi_v, head_dim)
             tokens_per_warp = 64 if head_dim == 64 else 32      # pair rows at head_dim 64: two key groups a warp
             assert cfg.block_n // cfg.num_warps == tokens_per_warp
-            assert replace(cfg, warp_tiles=False, channel_key_tiles=False, asm_unpack=False, block_n=0,
-                           num_warps=0) == replace(default_config(head_dim, True, grid, False), warp_tiles=False,
-                                                   asm_unpack=False, block_n=0, num_warps=0)
+            ignored = dict(warp_tiles=False, asm_unpack=False, block_n=0, num_warps=0, maxnreg=0, programs_per_sm=0)
+            assert replace(cfg, channel_key_tiles=False, **ignored) == \
+                replace(default_config(head_dim, True, grid, False), **ignored)  # maxnreg, programs_per_sm: below
     for grid in GRIDS:                  # 12-16 rows: pair-row tiles too, 8-row programs on the tiny grid up to 128
         for head_dim in (64, 128, 256):
             wide_rows = launch_config(head_dim, True, grid, kivi_k, kivi_v, rows=16)
@@ -269,6 +269,26 @@ def test_kivi4_launch_per_shape():
                 assert cfg.warp_rows == (WARP_TILE_ROWS if eight else None)
                 asm = head_dim == 256 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= 8)
                 assert cfg.asm_unpack == asm
+
+
+def test_kivi_tiles_on_the_tiny_grid_run_uncapped_at_two_programs_per_sm():
+    """Per-channel-key tiles on the tiny grid (batch 1) up to head_dim 128 take TINY_CHANNEL_KEYS (no register cap,
+    2 programs per SM: the H200 sweep in bench_formats_kivi_tiny_h200.md); the other grids and head_dim 256 keep
+    their family's cap and split target, and the short-history row-major loop keeps default_config's."""
+    from kernels.decode.launch import SHORT_HISTORY_TOKENS, TINY_CHANNEL_KEYS, default_launch
+    kivi2_k, kivi2_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
+    assert TINY_CHANNEL_KEYS == dict(maxnreg=None, programs_per_sm=2)
+    for k, v in ((kivi4_k, kivi4_v), (kivi2_k, kivi2_v)):
+        for head_dim in (64, 128, 256):
+            for grid in GRIDS:
+                for rows in (4, 16):
+                    cfg = launch_config(head_dim, True, grid, k, v, rows=rows)
+                    base = default_config(head_dim, True, grid, False, rows)
+                    tiny = grid == "tiny" and head_dim <= 128
+                    expected = (None, 2) if tiny else (base.maxnreg, base.programs_per_sm)
+                    assert (cfg.maxnreg, cfg.programs_per_sm) == expected, (head_dim, grid, rows)
+        row_major = default_launch(64, k, v, 16, 8, 132, SHORT_HISTORY_TOKENS)
+        assert not row_major.channel_key_tiles and row_major.maxnreg == 128
 
 
 def test_short_kivi_histories_with_many_rows_at_head_dim_64_take_the_row_major_loop():

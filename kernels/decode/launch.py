@@ -45,6 +45,7 @@ class DecodeConfig:
 GRIDS = ("tiny", "small", "medium", "large")
 TINY_TOKENS_PER_SM = 6400  # packed history tokens (all units) per SM up to which the tiny grid's programs are faster
 TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch up to head_dim 128 (`launch_config`)
+TINY_CHANNEL_KEYS = dict(maxnreg=None, programs_per_sm=2)  # per-channel-key tiles, tiny grid (`channel_key_tiny`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit of a short history: `eight_row_programs`,
                              # `short_history_two_warps` and TurboQuant's `short_history_split_tiles` (each measured)
@@ -111,11 +112,12 @@ def default_config(head_dim: int, on_gpu: bool, grid: str = "large", per_token: 
     32k (8k: 24 -> 18 us; H200 sweep, results/bench/sweep_decode_splits_short.md). single_launch was no faster
     at batch 1 / 1k (8 -> 9 us) and slower at 8k (14 -> 18 us; H100, sweep_decode_short.md). Warp tiles beat
     the row-major loop everywhere on single-group layouts once the values became the MMA's A operand: 9 % less
-    time at batch 1 / 128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles; sweep_decode_tiles.md).
-    There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token fp-segment tiles
-    1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier). asm_unpack (inline
-    PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair itself; 0-3 %
-    slower in the final sweep): off for those, kept in the large-grid row-major tile of the other layouts.
+    time at batch 1 / 128k (128-token tiles), 17 % at 8 / 32k and 37 % at 32 / 100k (256-token tiles;
+    sweep_decode_tiles.md). There a 168-register cap (3 blocks per SM instead of 2) saves a further 4-6 %, 32-token
+    fp-segment tiles 1-2 %. Rescaling only when a running max grows was slower (it needs a block barrier).
+    asm_unpack (inline PTX) stopped paying once single-group fields became FIELD_TINY (ptxas emits one LOP3 per pair
+    itself; 0-3 % slower in the final sweep): off for those, kept in the large-grid row-major tile of the other
+    layouts.
 
     "tiny" (batch 1, up to ~100k): the small-grid tiles and splits in two-warp programs (64 tokens per warp) with no
     register cap. H200 sweep at batch 1, 8 KV heads (results/bench/sweep_decode_tiny.md): head_dim 128 group 4 at 8k /
@@ -205,7 +207,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         tiles = replace(tiles, block_n=2 * k_spec.group * tiles.num_warps)
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
-    tiles = replace(tiles, warp_rows=channel_key_rows(grid, head_dim, k_spec, rows))
+    rows_per_program = channel_key_rows(grid, head_dim, k_spec, rows)
+    tiles = replace(tiles, warp_rows=rows_per_program, **channel_key_tiny(grid, head_dim))
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
@@ -219,6 +222,19 @@ def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int = WAR
     if k_spec.container_bits != 4:
         return False
     return head_dim > 128 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= WARP_TILE_ROWS)
+
+
+def channel_key_tiny(grid: str, head_dim: int) -> dict:
+    """DecodeConfig fields of per-channel-key tiles on the tiny grid (batch 1) up to head_dim 128: no register cap
+    and 2 programs per SM (TINY_CHANNEL_KEYS) instead of the small grid's 128-register cap and 4 per SM, whose loops
+    spill (offline, `python scripts/dev/decode_sass.py --launches --layout kivi4`: 58-166 spill instructions at
+    head_dim 128).
+    H200, batch 1 at 1k / 8k / 32k / 100k, KIVI-2 and KIVI-4 at head_dim 64 / 128, groups 4 / 16
+    (results/bench/bench_formats_kivi_tiny_h200.md): 0.71-0.96x the time at 25 of the 30 points it changes (KIVI-4
+    head_dim 64 group 16 at 32k 36.9 -> 26.3 us, KIVI-2 head_dim 64 group 4 at 32k 29.1 -> 21.9 us), 1.02-1.12x at
+    5 (KIVI-4 head_dim 64 group 4 at 100k 1.11x, KIVI-2 head_dim 128 group 16 at 8k 1.12x); head_dim 64 with 16 rows
+    at 1k keeps the row-major loop (`short_history_row_major`). Uncapped at 4 per SM: slower at 10 (to 1.17x)."""
+    return TINY_CHANNEL_KEYS if grid == "tiny" and head_dim <= 128 else {}
 
 
 def channel_key_rows(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> int | None:
