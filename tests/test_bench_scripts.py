@@ -305,9 +305,9 @@ def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
 def test_decode_sass_launches_of_kivi_name_their_spills(layout):
     """`decode_sass.py --launches --layout kivi2 / kivi4` compiles KIVI's launch (`launch_config`) on every grid for
     sm_90a offline, with its 8-row programs and inline-PTX unpack. Its history loop spills only where the registers
-    run out: under the tiny and small grids' 128-register cap, or at 255 (KIVI-2's 16-row programs at head_dim 64;
+    run out: under the small grid's 128-register cap, or at 255 (KIVI-2's 16-row programs at head_dim 64;
     bench_formats_kivi4_grid_h200.md lists the counts); KIVI-4 at head_dim 256, chunked (`_key_chunks`), not at all.
-    KIVI-4 unpacks in inline PTX at head_dim 256 and off the tiny grid at 128."""
+    KIVI-4 unpacks in inline PTX at head_dim 256, off the tiny grid at 128, and at 64 in 8-row programs."""
     proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--launches", "--layout", layout], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -317,7 +317,8 @@ def test_decode_sass_launches_of_kivi_name_their_spills(layout):
     for head_dim, group, grid, _, _, maxnreg, warp_rows, asm, registers, per128, spills in rows:
         assert int(spills) == 0 or maxnreg == "128" or registers == "255", (head_dim, group, grid)
         assert int(spills) == 0 or head_dim != "256"
-        assert asm == str(layout == "kivi4" and (head_dim == "256" or (head_dim == "128" and grid != "tiny")))
+        asm_kivi4 = head_dim == "256" or (head_dim == "128" and grid != "tiny") or (head_dim == "64" and group == "4")
+        assert asm == str(layout == "kivi4" and asm_kivi4)
         eight = group == "16" and (head_dim == "256" or grid == "tiny" and (head_dim == "128" or layout == "kivi2"))
         assert warp_rows == ("8" if eight else "None")
 
@@ -460,13 +461,18 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "int4 >= BF16 SDPA at 235 of 288 points"),
     ("bench_formats.py", "bench_formats_kivi4_grid_h200_d{}.json", "bench_formats_kivi4_grid_h200.md", 800,
      "kivi4 >= BF16 SDPA at 106 of 288 points"),
+    ("bench_formats.py", ["bench_formats_kivi4_chunks_h200_d256.json"], "bench_formats_kivi_tiny_h200.md", 250,
+     "kivi4 >= BF16 SDPA at 60 of 96 points"),
+    ("bench_formats.py", ["bench_formats_kivi_tiny_after_h200.json"], "bench_formats_kivi_tiny_h200.md", 150,
+     "kivi2 >= BF16 SDPA at"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
-    """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids) is what
-    the script's --from-json prints from its JSON (targets and tables, no hand-typed line), and a missing file is
-    refused in one sentence."""
+    """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids, and
+    KIVI's later runs: one file each) is what the script's --from-json prints from its JSON (targets and tables, no
+    hand-typed line), and a missing file is refused in one sentence."""
     bench = ROOT / "results" / "bench"
-    files = [str(bench / runs.format(d)) for d in (64, 128, 256)]
+    names = [runs.format(d) for d in (64, 128, 256)] if isinstance(runs, str) else runs
+    files = [str(bench / name) for name in names]
     proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", *files], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

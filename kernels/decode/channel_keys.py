@@ -11,8 +11,9 @@ channel (scale, zero) pairs are loaded one tile ahead, like the values' per-toke
 token (head_dim 256 at 4 bits) is loaded and dequantized in two column chunks of 64 channels (`_key_chunks`), so that
 one dequantized chunk, not the whole [tokens, 128] field, is live at a time: offline SASS of KIVI-4's head_dim-256
 loop (`python scripts/dev/decode_sass.py --launches --layout kivi4`) 2,157 -> 1,829 instructions per warp and 128
-tokens and 51 -> 0 spill instructions, at 255 registers either way (not yet timed on a GPU). The values and the
-epilogue are warp_tiles.py's (pairs.py's over pair rows).
+tokens and 51 -> 0 spill instructions, at 255 registers either way; on an H200 1.11-1.12x faster at groups 4 / 16
+over the grid (results/bench/bench_formats_kivi_tiny_h200.md). The values and the epilogue are warp_tiles.py's
+(pairs.py's over pair rows).
 """
 from __future__ import annotations
 

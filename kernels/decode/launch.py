@@ -217,8 +217,9 @@ def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int = WAR
     256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows. H200 sweeps, KIVI-4
     (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 /
     100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower;
-    head_dim 64, groups 1 / 4 / 8, batch 1 / 8k to 32 / 100k: 0.93-1.00x the time (batch 32 / 100k 0.821-0.831 ->
-    0.763-0.788 ms), group 16 from batch 3 on 1.03-1.06x. KIVI-2 keeps the byte unpack (not timed)."""
+    head_dim 64 (results/bench/bench_formats_kivi_tiny_h200.md), groups 1 / 4 / 8, batch 1 / 8k to 32 / 100k:
+    0.93-1.00x the time (batch 32 / 100k 0.821-0.831 -> 0.763-0.788 ms), group 16 from batch 3 on 1.03-1.06x. KIVI-2
+    keeps the byte unpack (not timed)."""
     if k_spec.container_bits != 4:
         return False
     return head_dim > 128 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= WARP_TILE_ROWS)
