@@ -676,6 +676,21 @@ def test_gpu_default_launch_matches_reference(name, batch):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
                     reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("head_dim, q_heads", [(64, 32), (64, 128), (256, 32)])
+@pytest.mark.parametrize("name", ["kivi2", "kivi4"])
+def test_gpu_default_launch_of_kivi_at_other_head_dims_matches_reference(name, head_dim, q_heads, batch):
+    """KIVI's default launch at head_dim 64 (8 and 16 rows: the inline-PTX unpack of 4-bit keys in 8-row programs,
+    the tiny grid's uncapped launch at batch 1) and 256 (column chunks for 4-bit keys) over 4,800 packed tokens (past
+    `short_history_row_major`'s bound) matches the reference."""
+    quantizer = build_quantizer(name)
+    args, kw = make_inputs(batch, q_heads, 8, 1, head_dim, 4800, 320, quantizer.key_spec, quantizer.value_spec)
+    out = decode_attention(*args, **kw)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_gpu_default_launch_of_16_rows_over_a_short_history_matches_reference(head_dim, batch):
