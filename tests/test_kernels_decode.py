@@ -239,7 +239,7 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             assert cfg.block_n // cfg.num_warps == tokens_per_warp
             ignored = dict(warp_tiles=False, asm_unpack=False, block_n=0, num_warps=0, maxnreg=0, programs_per_sm=0)
             assert replace(cfg, channel_key_tiles=False, **ignored) == \
-                replace(default_config(head_dim, True, grid, False), **ignored)  # maxnreg, programs_per_sm: below
+                replace(default_config(head_dim, True, grid, False), **ignored)  # cap, split target: tested apart
     for grid in GRIDS:                  # 12-16 rows: pair-row tiles too, 8-row programs on the tiny grid up to 128
         for head_dim in (64, 128, 256):
             wide_rows = launch_config(head_dim, True, grid, kivi_k, kivi_v, rows=16)

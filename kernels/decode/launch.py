@@ -212,7 +212,7 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
-def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int = WARP_TILE_ROWS) -> bool:
+def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> bool:
     """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`): 4-bit keys at head_dim
     256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows. H200 sweeps, KIVI-4
     (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 /
@@ -229,12 +229,13 @@ def channel_key_tiny(grid: str, head_dim: int) -> dict:
     """DecodeConfig fields of per-channel-key tiles on the tiny grid (batch 1) up to head_dim 128: no register cap
     and 2 programs per SM (TINY_CHANNEL_KEYS) instead of the small grid's 128-register cap and 4 per SM, whose loops
     spill (offline, `python scripts/dev/decode_sass.py --launches --layout kivi4`: 58-166 spill instructions at
-    head_dim 128).
-    H200, batch 1 at 1k / 8k / 32k / 100k, KIVI-2 and KIVI-4 at head_dim 64 / 128, groups 4 / 16
-    (results/bench/bench_formats_kivi_tiny_h200.md): 0.71-0.96x the time at 25 of the 30 points it changes (KIVI-4
-    head_dim 64 group 16 at 32k 36.9 -> 26.3 us, KIVI-2 head_dim 64 group 4 at 32k 29.1 -> 21.9 us), 1.02-1.12x at
-    5 (KIVI-4 head_dim 64 group 4 at 100k 1.11x, KIVI-2 head_dim 128 group 16 at 8k 1.12x); head_dim 64 with 16 rows
-    at 1k keeps the row-major loop (`short_history_row_major`). Uncapped at 4 per SM: slower at 10 (to 1.17x)."""
+    head_dim 128). H200, batch 1 at 1k / 8k / 32k / 100k (results/bench/bench_formats_kivi_tiny_h200.md): the sweep
+    (KIVI-2 and KIVI-4 at head_dim 64 / 128, groups 4 / 16) took 0.71-0.96x the time at 25 of the 30 points it
+    changes (KIVI-4 head_dim 64 group 16 at 32k 36.9 -> 26.3 us) and 1.02-1.12x at 5 (KIVI-4 head_dim 64 group 4 at
+    100k 1.11x, KIVI-2 head_dim 128 group 16 at 8k 1.12x); uncapped at 4 per SM it was slower at 10 (to 1.17x). The
+    rule itself at groups 1 / 3 / 8 / 12: KIVI-2 1.12-1.18x faster at head_dim 64 and 1.04-1.07x at 128, KIVI-4
+    1.13-1.17x at 128 (medians); KIVI-4 at 64 with up to 8 rows slower at 100k (40.1-42.1 -> 46.3-46.8 us). Head_dim
+    64 with 16 rows up to 4k keeps the row-major loop (`short_history_row_major`)."""
     return TINY_CHANNEL_KEYS if grid == "tiny" and head_dim <= 128 else {}
 
 
