@@ -268,8 +268,8 @@ def test_decode_sass_counts_the_history_loops_and_warp_tiles_issue_fewer_instruc
 
 def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions():
     """decode_sass.py --layout kivi4 / kivi4-d64 (4-bit per-channel keys, offline): the inline-PTX unpack that
-    `channel_key_asm` takes at head_dim 128 issues fewer instructions per 128 tokens than the byte unpack, and at
-    head_dim 64 two key groups per warp (the default's 256-token tiles) fewer than one."""
+    `channel_key_asm` takes at head_dim 128 and 64 issues fewer instructions per 128 tokens than the byte unpack,
+    and at head_dim 64 two key groups per warp (the default's 256-token tiles) fewer than one."""
     per128 = {}
     for layout in ("kivi4", "kivi4-d64"):
         proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--layout", layout], cwd=ROOT,
@@ -282,6 +282,7 @@ def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions(
                            ("kivi4-d64", "False", 256), ("kivi4-d64", "True", 256)}
     assert per128["kivi4", "True", 128] < per128["kivi4", "False", 128]
     assert per128["kivi4-d64", "False", 256] < per128["kivi4-d64", "False", 128]
+    assert per128["kivi4-d64", "True", 256] < per128["kivi4-d64", "False", 256]
 
 
 def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():

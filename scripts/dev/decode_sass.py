@@ -198,13 +198,14 @@ def variants(name: str) -> list[DecodeConfig]:
     tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles over token pairs with one and two key
     groups per warp (128- and 256-token tiles, the latter the default), and without pairs; kivi4: the large grid's
     launch (`launch_config`) without and with asm_unpack (its default); kivi4-d64: one and two key groups per warp
-    (the latter the default), and two with asm_unpack."""
+    on the byte unpack, and the default (two with asm_unpack)."""
     layout = LAYOUTS[name]
     if name.startswith("kivi4"):
         launch = launch_config(layout.head_dim, True, "large", *kivi_specs(layout.bits))
         if name == "kivi4":
             return [replace(launch, asm_unpack=False), replace(launch, asm_unpack=True)]
-        return [replace(launch, block_n=128), launch, replace(launch, asm_unpack=True)]
+        on_bytes = replace(launch, asm_unpack=False)
+        return [replace(on_bytes, block_n=128), on_bytes, launch]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
         return [default, replace(default, token_pairs=False)]
