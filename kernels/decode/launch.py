@@ -175,9 +175,9 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     KIVI-4 there 0.86-1.14x -> 1.04-1.81x SDPA from batch 3 / 8k on with 4 rows, 0.52-0.67x -> 0.85-1.34x with 16
     (H200, results/bench/bench_formats_kivi4_grid_h200.md; batch 1 / 1k with 16 rows, on the row-major loop before,
     0.92x -> 0.63x: `short_history_row_major` keeps that loop there); 8-row programs where `channel_key_rows` says,
-    unpacking in inline PTX where `channel_key_asm` says; at head_dim 256
-    (value groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x,
-    KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
+    unpacking in inline PTX where `channel_key_asm` says, uncapped at 2 programs per SM on the tiny grid where
+    `channel_key_tiny` says; at head_dim 256 (value groups of 32 as row blocks of a field) four warps of one key
+    group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and
     half the tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128
     (`wide_token_fields`): each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep,
     results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim
