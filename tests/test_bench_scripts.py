@@ -320,7 +320,7 @@ def test_decode_sass_launches_of_kivi_name_their_spills(layout):
         assert int(spills) == 0 or head_dim != "256"
         asm_kivi4 = head_dim == "256" or (head_dim == "128" and grid != "tiny") or (head_dim == "64" and group == "4")
         assert asm == str(layout == "kivi4" and asm_kivi4)
-        eight = group == "16" and (head_dim == "256" or grid == "tiny" and (head_dim == "128" or layout == "kivi2"))
+        eight = group == "16" and head_dim == "256"
         assert warp_rows == ("8" if eight else "None")
 
 

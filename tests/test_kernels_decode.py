@@ -213,8 +213,8 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
     (64, 256, 2, WARP_TILE_ROWS), (128, 128, 2, WARP_TILE_ROWS), (256, 128, 2, WARP_TILE_ROWS),
     (128, 128, 4, WARP_TILE_ROWS), (256, 128, 4, WARP_TILE_ROWS), (64, 256, 4, None)])
 def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block_n, bits, warp_rows):
-    """12 query rows per KV head in 8-row programs (`warp_rows`: KIVI's launch from 9 rows on at head_dim 256, and on
-    the tiny grid below it) over per-channel keys on warp tiles, pair rows at head_dim 64 and 2 bits, with splits that
+    """12 query rows per KV head in 8-row programs (`warp_rows`: KIVI's launch from 9 rows on at head_dim 256; the
+    tiny grid's below it before `channel_key_tiny`) over per-channel keys on warp tiles, pair rows at head_dim 64 and 2 bits, with splits that
     cut key groups; 4-bit keys at head_dim 64 in two-group tiles of one 16-row program (KIVI-4's launch there)."""
     args, kw = make_inputs(2, 24, 2, 1, head_dim, 480, 9, QuantSpec(bits=bits, group=32, axis="channel"),
                            QuantSpec(bits=bits, group=32))
@@ -228,7 +228,7 @@ def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block
 def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
     """launch_config puts KIVI's keys on warp tiles on the GPU at head_dim 64-256, every grid size (timed there,
     bench_formats_kivi.md), two key groups per warp at head_dim 64 (pair rows), four warps at 256, 8-row programs for
-    12-16 query rows over 2-bit keys on the tiny grid up to head_dim 128 and on every grid at 256; other key groups,
+    12-16 query rows at head_dim 256 (one 16-row program below it, the tiny grid included); other key groups,
     per-token keys and the interpreter keep their launch (their register cap and split target are tested apart)."""
     kivi_k, kivi_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     for head_dim in (64, 128, 256):
@@ -240,12 +240,12 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             ignored = dict(warp_tiles=False, asm_unpack=False, block_n=0, num_warps=0, maxnreg=0, programs_per_sm=0)
             assert replace(cfg, channel_key_tiles=False, **ignored) == \
                 replace(default_config(head_dim, True, grid, False), **ignored)  # cap, split target: tested apart
-    for grid in GRIDS:                  # 12-16 rows: pair-row tiles too, 8-row programs on the tiny grid up to 128
+    for grid in GRIDS:                  # 12-16 rows: pair-row tiles too, 8-row programs at head_dim 256 only
         for head_dim in (64, 128, 256):
             wide_rows = launch_config(head_dim, True, grid, kivi_k, kivi_v, rows=16)
             assert wide_rows.channel_key_tiles and uses_warp_tiles(wide_rows, kivi_k, kivi_v, head_dim)
             assert wide_rows.block_n // wide_rows.num_warps == (64 if head_dim == 64 else 32)
-            assert wide_rows.warp_rows == (WARP_TILE_ROWS if grid == "tiny" or head_dim == 256 else None)
+            assert wide_rows.warp_rows == (WARP_TILE_ROWS if head_dim == 256 else None)
             assert not wide_rows.asm_unpack                                          # 2-bit keys: byte unpack
         assert launch_config(128, True, grid, kivi_k, kivi_v, rows=8).warp_rows is None
     assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
@@ -257,15 +257,16 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
 
 def test_kivi4_launch_per_shape():
     """KIVI-4 (4-bit per-channel keys) on warp tiles at every head_dim and grid: two key groups a warp at head_dim
-    64, 8-row programs from 9 rows at 256 and on the tiny grid at 128, inline-PTX unpack at 256, at 128 off the tiny
-    grid and at 64 with up to 8 rows (the H200 sweeps in bench_formats_kivi4_grid_h200.md)."""
+    64, 8-row programs from 9 rows at 256 (the tiny grid's at 128 too before bench_formats_kivi_rows16_h200.md),
+    inline-PTX unpack at 256, at 128 off the tiny grid and at 64 with up to 8 rows (the H200 sweeps in
+    bench_formats_kivi4_grid_h200.md)."""
     for grid in GRIDS:
         for head_dim in (64, 128, 256):
             for rows in (4, 16):
                 cfg = launch_config(head_dim, True, grid, kivi4_k, kivi4_v, rows=rows)
                 assert cfg.channel_key_tiles and uses_warp_tiles(cfg, kivi4_k, kivi4_v, head_dim)
                 assert cfg.block_n // cfg.num_warps == (64 if head_dim == 64 else 32)
-                eight = rows > WARP_TILE_ROWS and (head_dim == 256 or (head_dim == 128 and grid == "tiny"))
+                eight = rows > WARP_TILE_ROWS and head_dim == 256
                 assert cfg.warp_rows == (WARP_TILE_ROWS if eight else None)
                 asm = head_dim == 256 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= 8)
                 assert cfg.asm_unpack == asm
@@ -677,12 +678,13 @@ def test_gpu_default_launch_matches_reference(name, batch):
 @pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
                     reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
 @pytest.mark.parametrize("batch", [1, 5])
-@pytest.mark.parametrize("head_dim, q_heads", [(64, 32), (64, 128), (256, 32)])
+@pytest.mark.parametrize("head_dim, q_heads", [(64, 32), (64, 128), (128, 128), (256, 32)])
 @pytest.mark.parametrize("name", ["kivi2", "kivi4"])
 def test_gpu_default_launch_of_kivi_at_other_head_dims_matches_reference(name, head_dim, q_heads, batch):
     """KIVI's default launch at head_dim 64 (8 and 16 rows: the inline-PTX unpack of 4-bit keys in 8-row programs,
-    the tiny grid's uncapped launch at batch 1) and 256 (column chunks for 4-bit keys) over 4,800 packed tokens (past
-    `short_history_row_major`'s bound) matches the reference."""
+    the tiny grid's uncapped launch at batch 1), 128 with 16 rows (one 16-row program on the tiny grid) and 256
+    (column chunks for 4-bit keys) over 4,800 packed tokens (past `short_history_row_major`'s bound) matches the
+    reference."""
     quantizer = build_quantizer(name)
     args, kw = make_inputs(batch, q_heads, 8, 1, head_dim, 4800, 320, quantizer.key_spec, quantizer.value_spec)
     out = decode_attention(*args, **kw)

@@ -207,7 +207,7 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         tiles = replace(tiles, block_n=2 * k_spec.group * tiles.num_warps)
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
-    rows_per_program = channel_key_rows(grid, head_dim, k_spec, rows)
+    rows_per_program = channel_key_rows(head_dim, rows)
     tiles = replace(tiles, warp_rows=rows_per_program, **channel_key_tiny(grid, head_dim))
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
@@ -239,19 +239,17 @@ def channel_key_tiny(grid: str, head_dim: int) -> dict:
     return TINY_CHANNEL_KEYS if grid == "tiny" and head_dim <= 128 else {}
 
 
-def channel_key_rows(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> int | None:
-    """8-row programs (`warp_rows`) for per-channel keys with more than WARP_TILE_ROWS query rows per KV head, else
-    None (the default's one 16-row program): at head_dim 256 on every grid (H200, groups 12 / 16, KIVI-2 0.56-0.98x
-    the time at every point of the grid, batch 32 / 100k 0.92 -> 1.14x SDPA; KIVI-4 faster at 7 of 8 points timed,
-    results/bench/bench_formats_kivi4_grid_h200.md), and on the tiny grid (batch 1) for 2-bit keys up to head_dim
-    128 and 4-bit ones at 128: KIVI-2 at head_dim 64 at 8k / 32k 0.024 / 0.061 -> 0.022 / 0.046 ms (1k 0.008 ->
-    0.009), 128 at 1k / 8k / 32k 0.014 / 0.033 / 0.067 -> 0.012 / 0.025 / 0.061 ms, slower at batch 3 and more; KIVI-4
-    at 128, 1k / 32k 0.56 / 0.60 -> 0.62 / 0.64x SDPA (results/bench/bench_formats_kivi_grid_h200.md and the KIVI-4
-    file)."""
-    if rows <= WARP_TILE_ROWS:
-        return None
-    tiny = grid == "tiny" and (head_dim == 128 or (head_dim < 128 and k_spec.container_bits == 2))
-    return WARP_TILE_ROWS if head_dim > 128 or tiny else None
+def channel_key_rows(head_dim: int, rows: int) -> int | None:
+    """8-row programs (`warp_rows`) for per-channel keys with more than WARP_TILE_ROWS query rows per KV head at
+    head_dim 256, else None (the default's one 16-row program). At head_dim 256, on every grid (H200, groups 12 / 16,
+    KIVI-2 0.56-0.98x the time at every point of the grid, batch 32 / 100k 0.92 -> 1.14x SDPA; KIVI-4 faster at 7 of
+    8 points timed, results/bench/bench_formats_kivi4_grid_h200.md). Below it the tiny grid (batch 1) took 8-row
+    programs too while its programs ran under the small grid's 128-register cap (KIVI-2 at head_dim 64 at 8k / 32k
+    0.024 / 0.061 -> 0.022 / 0.046 ms, results/bench/bench_formats_kivi_grid_h200.md); under `channel_key_tiny`'s
+    uncapped launch one 16-row program is faster (H200, group 16, results/bench/bench_formats_kivi_rows16_h200.md:
+    KIVI-2 at head_dim 64 8k / 32k / 100k 0.021 / 0.040 / 0.093 -> 0.019 / 0.031 / 0.068 ms, at 128 0.027 / 0.057 /
+    0.141 -> 0.022 / 0.043 / 0.098, KIVI-4 at 128 0.028 / 0.059 / 0.141 -> 0.023 / 0.044 / 0.098)."""
+    return WARP_TILE_ROWS if rows > WARP_TILE_ROWS and head_dim > 128 else None
 
 
 def eight_row_programs(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
