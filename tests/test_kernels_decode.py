@@ -246,7 +246,7 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
             assert wide_rows.channel_key_tiles and uses_warp_tiles(wide_rows, kivi_k, kivi_v, head_dim)
             assert wide_rows.block_n // wide_rows.num_warps == (64 if head_dim == 64 else 32)
             assert wide_rows.warp_rows == (WARP_TILE_ROWS if head_dim == 256 else None)
-            assert not wide_rows.asm_unpack                                          # 2-bit keys: byte unpack
+            assert wide_rows.asm_unpack == (head_dim == 128 or (head_dim == 64 and grid == "tiny"))  # 2-bit keys
         assert launch_config(128, True, grid, kivi_k, kivi_v, rows=8).warp_rows is None
     assert launch_config(128, True, "large", kivi4_k, kivi4_v).channel_key_tiles      # value groups as row blocks
     odd = QuantSpec(bits=2, group=64, axis="channel")
@@ -305,6 +305,24 @@ def test_short_kivi_histories_with_many_rows_at_head_dim_64_take_the_row_major_l
         for args in ((16, 8, SHORT_HISTORY_TOKENS + 1), (8, 8, 704), (16, 256, 704)):
             assert default_launch(64, k, v, *args[:2], 132, args[2]).channel_key_tiles
         assert default_launch(128, k, v, 16, 8, 132, 704).channel_key_tiles
+
+
+def test_short_kivi_histories_with_many_rows_at_head_dim_128_take_eight_row_programs():
+    """default_launch: per-channel keys at head_dim 128 with 12-16 rows on the tiny grid (batch 1) over at most
+    SHORT_KIVI_EIGHT_ROW_TOKENS packed tokens take two 8-row programs (faster at 1k, bench_formats_kivi_rows16_h200.md);
+    longer histories, up to 8 rows, larger grids and other head_dims keep their launch's rows."""
+    from kernels.decode.launch import SHORT_KIVI_EIGHT_ROW_TOKENS, default_launch
+    kivi2_k, kivi2_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
+    for k, v in ((kivi4_k, kivi4_v), (kivi2_k, kivi2_v)):
+        tiles = launch_config(128, True, "tiny", k, v, 16)
+        assert tiles.warp_rows is None
+        assert default_launch(128, k, v, 16, 8, 132, 896) == replace(tiles, warp_rows=WARP_TILE_ROWS)
+        assert default_launch(128, k, v, 12, 8, 132, SHORT_KIVI_EIGHT_ROW_TOKENS).warp_rows == WARP_TILE_ROWS
+        assert default_launch(128, k, v, 16, 8, 132, SHORT_KIVI_EIGHT_ROW_TOKENS + 1) == tiles
+        assert default_launch(128, k, v, 8, 8, 132, 896).warp_rows is None
+        assert default_launch(128, k, v, 16, 8, 132, 0).warp_rows is None
+        assert default_launch(128, k, v, 16, 256, 132, 896).warp_rows is None           # the large grid
+        assert default_launch(256, k, v, 16, 8, 132, 896) == launch_config(256, True, "tiny", k, v, 16)
 
 
 def test_channel_key_tiles_need_whole_key_groups_per_warp():
@@ -687,6 +705,18 @@ def test_gpu_default_launch_of_kivi_at_other_head_dims_matches_reference(name, h
     reference."""
     quantizer = build_quantizer(name)
     args, kw = make_inputs(batch, q_heads, 8, 1, head_dim, 4800, 320, quantizer.key_spec, quantizer.value_spec)
+    out = decode_attention(*args, **kw)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
+                    reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
+@pytest.mark.parametrize("name", ["kivi2", "kivi4"])
+def test_gpu_default_launch_of_kivi_over_a_short_history_with_16_rows_matches_reference(name):
+    """KIVI at head_dim 128 with 16 rows at batch 1 over 992 packed tokens: two 8-row programs
+    (`short_history_eight_rows`) match the reference."""
+    quantizer = build_quantizer(name)
+    args, kw = make_inputs(1, 128, 8, 1, 128, 992, 128, quantizer.key_spec, quantizer.value_spec)
     out = decode_attention(*args, **kw)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 

@@ -49,6 +49,8 @@ TINY_CHANNEL_KEYS = dict(maxnreg=None, programs_per_sm=2)  # per-channel-key til
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit of a short history: `eight_row_programs`,
                              # `short_history_two_warps` and TurboQuant's `short_history_split_tiles` (each measured)
+SHORT_KIVI_EIGHT_ROW_TOKENS = 2048  # packed tokens up to which KIVI at head_dim 128, batch 1, takes 8-row programs
+                                   # (`short_history_eight_rows`: faster at 1k, slower at 4k)
 SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
 FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to this many (`merge_launch`)
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
@@ -213,13 +215,22 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
 
 
 def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> bool:
-    """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`): 4-bit keys at head_dim
-    256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows. H200 sweeps, KIVI-4
-    (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 /
-    100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower;
-    head_dim 64 (results/bench/bench_formats_kivi_tiny_h200.md), groups 1 / 4 / 8, batch 1 / 8k to 32 / 100k:
-    0.93-1.00x the time (batch 32 / 100k 0.821-0.831 -> 0.763-0.788 ms), group 16 from batch 3 on 1.03-1.06x. KIVI-2
-    keeps the byte unpack (not timed)."""
+    """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`).
+
+    4-bit keys at head_dim 256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows.
+    H200 sweeps, KIVI-4 (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x
+    SDPA at batch 8 / 100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim
+    128 1-3 % slower; head_dim 64 (results/bench/bench_formats_kivi_tiny_h200.md), groups 1 / 4 / 8, batch 1 / 8k to
+    32 / 100k: 0.93-1.00x the time (batch 32 / 100k 0.821-0.831 -> 0.763-0.788 ms), group 16 from batch 3 on
+    1.03-1.06x.
+
+    2-bit keys at head_dim 128 and, on the tiny grid (batch 1), at 64. H200 sweeps, KIVI-2
+    (results/bench/bench_formats_kivi_rows16_h200.md): head_dim 128 batch 8 / 32k and 32 / 100k 1.34 / 1.64 -> 1.38 /
+    1.72x SDPA (group 4), batch 1 / 100k 1.46 -> 1.48x (group 4), 1.16 -> 1.17-1.24x (groups 12 / 16); head_dim 64 at
+    batch 1 / 100k 1.16 -> 1.25x (group 4), 0.87-0.88 -> 0.90-0.91x (groups 12 / 16), and at batch 8 / 32k and 32 /
+    100k 1.15 / 1.30 -> 1.14 / 1.29x (group 4), which keep the byte unpack."""
+    if k_spec.container_bits == 2:
+        return head_dim == 128 or (head_dim == 64 and grid == "tiny")
     if k_spec.container_bits != 4:
         return False
     return head_dim > 128 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= WARP_TILE_ROWS)
@@ -326,14 +337,29 @@ def short_history_row_major(cfg: DecodeConfig, grid: str, head_dim: int, rows: i
     return default_config(head_dim, True, grid, False, rows)
 
 
+def short_history_eight_rows(cfg: DecodeConfig, grid: str, head_dim: int, rows: int,
+                             history_tokens: int) -> DecodeConfig:
+    """cfg with 8-row programs (`warp_rows`) where per-channel keys on warp tiles at head_dim 128 serve more than
+    WARP_TILE_ROWS query rows on the tiny grid (batch 1) over at most SHORT_KIVI_EIGHT_ROW_TOKENS packed tokens.
+    H200, groups 12 / 16, batch 1 (results/bench/bench_formats_kivi_rows16_h200.md): at 1k two 8-row programs took
+    0.011 ms against 0.012-0.013 for one 16-row program (KIVI-2 and KIVI-4, 0.62-0.63x -> 0.68-0.72x SDPA); at 4k the
+    16-row program was faster (0.019-0.020 against 0.021-0.022 ms). The bound lies between the two timed points."""
+    if not (cfg.channel_key_tiles and grid == "tiny" and head_dim == 128 and rows > WARP_TILE_ROWS
+            and 0 < history_tokens <= SHORT_KIVI_EIGHT_ROW_TOKENS):
+        return cfg
+    return replace(cfg, warp_rows=WARP_TILE_ROWS)
+
+
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
                    history_tokens: int) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens: the family by `launch_grid`, its launch by
-    `launch_config`, then `short_history_row_major`, `short_history_two_warps` and `eight_row_programs`."""
+    `launch_config`, then `short_history_row_major`, `short_history_eight_rows`, `short_history_two_warps` and
+    `eight_row_programs`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
+    cfg = short_history_eight_rows(cfg, grid, head_dim, rows, history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
