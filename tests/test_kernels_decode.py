@@ -258,8 +258,8 @@ def test_channel_key_tiles_are_the_gpu_launch_where_they_serve():
 def test_kivi4_launch_per_shape():
     """KIVI-4 (4-bit per-channel keys) on warp tiles at every head_dim and grid: two key groups a warp at head_dim
     64, 8-row programs from 9 rows at 256 (the tiny grid's at 128 too before bench_formats_kivi_rows16_h200.md),
-    inline-PTX unpack at 256, at 128 off the tiny grid and at 64 with up to 8 rows (the H200 sweeps in
-    bench_formats_kivi4_grid_h200.md)."""
+    inline-PTX unpack at 256, at 128 off the tiny grid or with more than 8 rows, and at 64 with up to 8 rows (the H200
+    sweeps in bench_formats_kivi4_grid_h200.md and bench_formats_kivi_rows16_h200.md)."""
     for grid in GRIDS:
         for head_dim in (64, 128, 256):
             for rows in (4, 16):
@@ -268,7 +268,8 @@ def test_kivi4_launch_per_shape():
                 assert cfg.block_n // cfg.num_warps == (64 if head_dim == 64 else 32)
                 eight = rows > WARP_TILE_ROWS and head_dim == 256
                 assert cfg.warp_rows == (WARP_TILE_ROWS if eight else None)
-                asm = head_dim == 256 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= 8)
+                asm = head_dim == 256 or (head_dim == 128 and (grid != "tiny" or rows > 8)) or \
+                    (head_dim == 64 and rows <= 8)
                 assert cfg.asm_unpack == asm
 
 

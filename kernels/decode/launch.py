@@ -217,12 +217,13 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
 def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> bool:
     """Whether per-channel keys on warp tiles unpack their fields in inline PTX (`asm_unpack`).
 
-    4-bit keys at head_dim 256, at 128 off the tiny grid, and at 64 in programs of up to WARP_TILE_ROWS query rows.
-    H200 sweeps, KIVI-4 (results/bench/bench_formats_kivi4_grid_h200.md): head_dim 128 from batch 3 on 1.43 -> 1.62x
-    SDPA at batch 8 / 100k (group 4), 256 at every point timed (batch 32 / 100k 1.54 -> 1.68x); at batch 1 / head_dim
-    128 1-3 % slower; head_dim 64 (results/bench/bench_formats_kivi_tiny_h200.md), groups 1 / 4 / 8, batch 1 / 8k to
-    32 / 100k: 0.93-1.00x the time (batch 32 / 100k 0.821-0.831 -> 0.763-0.788 ms), group 16 from batch 3 on
-    1.03-1.06x.
+    4-bit keys at head_dim 256, at 128 off the tiny grid or with more than WARP_TILE_ROWS query rows, and at 64 in
+    programs of up to WARP_TILE_ROWS rows. H200 sweeps, KIVI-4 (results/bench/bench_formats_kivi4_grid_h200.md):
+    head_dim 128 from batch 3 on 1.43 -> 1.62x SDPA at batch 8 / 100k (group 4), 256 at every point timed (batch 32
+    / 100k 1.54 -> 1.68x); at batch 1 / head_dim 128 1-3 % slower with up to 8 rows, and with 12-16 rows (16-row
+    programs, 4k-100k; results/bench/bench_formats_kivi_rows16_h200.md) 0.996-1.06x faster; head_dim 64
+    (results/bench/bench_formats_kivi_tiny_h200.md), groups 1 / 4 / 8, batch 1 / 8k to 32 / 100k: 0.93-1.00x the time
+    (batch 32 / 100k 0.821-0.831 -> 0.763-0.788 ms), group 16 from batch 3 on 1.03-1.06x.
 
     2-bit keys at head_dim 128 and, on the tiny grid (batch 1), at 64. H200 sweeps, KIVI-2
     (results/bench/bench_formats_kivi_rows16_h200.md): head_dim 128 batch 8 / 32k and 32 / 100k 1.34 / 1.64 -> 1.38 /
@@ -233,7 +234,9 @@ def channel_key_asm(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> b
         return head_dim == 128 or (head_dim == 64 and grid == "tiny")
     if k_spec.container_bits != 4:
         return False
-    return head_dim > 128 or (head_dim == 128 and grid != "tiny") or (head_dim == 64 and rows <= WARP_TILE_ROWS)
+    if head_dim == 128:
+        return grid != "tiny" or rows > WARP_TILE_ROWS
+    return head_dim > 128 or (head_dim == 64 and rows <= WARP_TILE_ROWS)
 
 
 def channel_key_tiny(grid: str, head_dim: int) -> dict:
