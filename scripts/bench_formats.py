@@ -8,6 +8,8 @@
                                                                        # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
     python scripts/bench_formats.py --from-json after.json --against before.json   # and each format's time there / here
+    python scripts/bench_formats.py --grid-only --from-json $(grep -v '^#' results/bench/bench_formats_h200_grid.txt)
+                                                                       # the H200 grid's targets, newest row per point
 
 Each format is a quantizer's stored layout (configs/quantizer/<name>.yaml, its `key_spec` / `value_spec` and
 `kernel_ops()`, as the cache decodes it): int2 is OSCAR's and naive INT2's (2 bits, an fp16 scale/zero per token
@@ -24,8 +26,8 @@ call at every shape and at each batch of the points (a 1k context) is checked ag
 quantizer's own dequantization of the same parts ("correctness:"; launch variants are not); the kernel tests
 (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0) are the full check. With
 $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
-files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`), then with
---against (earlier runs of the same GPU) each format's time there over its time here (`format_time_ratios`), then each
+files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`; with
+--grid-only over the must-show grid's batch x ctx points only), then with --against (earlier runs of the same GPU) each format's time there over its time here (`format_time_ratios`), then each
 file's table.
 """
 from __future__ import annotations
@@ -253,13 +255,18 @@ def format_time_ratios(rows: list[dict], baseline: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def from_json(paths: list[str], against: list[str] | None = None) -> str:
-    """What --from-json prints: the targets of each format over the saved runs' rows, with --against each format's
-    time ratios against those runs, then each run's table."""
+def on_grid(row: dict) -> bool:
+    """A row at one of the must-show grid's batch x ctx points (bench_kernel_grid.py's GRID_BATCHES x GRID_CTXS)."""
+    return row["batch"] in GRID_BATCHES and row["ctx"] in GRID_CTXS
+
+
+def from_json(paths: list[str], against: list[str] | None = None, grid_only: bool = False) -> str:
+    """What --from-json prints: the targets of each format over the saved runs' rows (grid_only: over the rows at the
+    must-show grid's points), with --against each format's time ratios against those runs, then each run's table."""
     payloads = read_runs(paths, "--from-json", "format")
     one_device(payloads, "--from-json")
     rows = [r for p in payloads for r in p["rows"]]
-    parts = [format_targets(rows)]
+    parts = [format_targets([r for r in rows if on_grid(r)] if grid_only else rows)]
     if against:
         baselines = read_runs(against, "--against", "format")
         parts.append(f"Against {describe_runs(baselines)}:\n\n" +
@@ -283,15 +290,19 @@ def main() -> None:
     parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' targets and tables; no GPU")
     parser.add_argument("--against", nargs="+", metavar="FILE",
                         help="with --from-json: earlier runs to compare each format's time with")
+    parser.add_argument("--grid-only", action="store_true",
+                        help="with --from-json: count the targets over the must-show grid's batch x ctx points only")
     args = parser.parse_args()
     if args.against and not args.from_json:
         raise SystemExit("--against compares saved runs: give the runs to compare with --from-json.")
+    if args.grid_only and not args.from_json:
+        raise SystemExit("--grid-only counts saved runs' targets: give the runs with --from-json.")
     if args.from_json:
         for flag, paths in (("--from-json", args.from_json), ("--against", args.against or [])):
             missing = [p for p in paths if not Path(p).is_file()]
             if missing:
                 raise SystemExit(f"{flag}: no such file: {', '.join(missing)}.")
-        print(from_json(args.from_json, args.against))
+        print(from_json(args.from_json, args.against, args.grid_only))
         return
     launches = parse_launches(args.launch)
     if not torch.cuda.is_available():

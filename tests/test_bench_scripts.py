@@ -1,5 +1,6 @@
 """The GPU benchmark scripts' logic runs on CPU on tiny shapes (so they cannot rot)."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -488,6 +489,25 @@ def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_li
     proc = subprocess.run([sys.executable, f"scripts/{script}", "--from-json", "missing.json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--from-json: no such file: missing.json." in proc.stderr
+
+
+def test_known_limits_cite_the_merged_h200_grid_of_the_formats():
+    """docs/known_limits.md's counts of INT4 / KIVI-2 / KIVI-4 points below BF16 SDPA on the H200 are what
+    `bench_formats.py --grid-only --from-json` prints over results/bench/bench_formats_h200_grid.txt's runs (a later
+    run's row of a point replacing an earlier one): 288 grid points each, none typed apart from the rows."""
+    manifest = ROOT / "results" / "bench" / "bench_formats_h200_grid.txt"
+    files = [line for line in manifest.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--grid-only", "--from-json", *files], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = {fmt: int(at) for fmt, at in re.findall(r"^(\w+) >= BF16 SDPA at (\d+) of 288 points", proc.stdout, re.M)}
+    assert set(counts) == {"int4", "kivi2", "kivi4"}
+    limits = " ".join((ROOT / "docs" / "known_limits.md").read_text().split())
+    below = re.search(r"KIVI-2 at (\d+) of the grid's 288 points on the H200, KIVI-4 at (\d+), INT4 at (\d+)", limits)
+    assert below and tuple(map(int, below.groups())) == tuple(288 - counts[f] for f in ("kivi2", "kivi4", "int4"))
+    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--grid-only"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "--grid-only counts saved runs' targets" in proc.stderr
 
 
 def test_saved_runs_of_another_kind_are_refused_in_one_sentence(monkeypatch, tmp_path):
