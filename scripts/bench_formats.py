@@ -149,9 +149,14 @@ def format_points(text: str) -> list[tuple[int, int]]:
     return batch_ctx_points(text)
 
 
+LAUNCH_WORDS = {"true": True, "false": False}
+OPTIONAL_LAUNCH_FIELDS = ("maxnreg", "warp_rows")   # DecodeConfig fields whose None `--launch` writes as 'none'
+
+
 def parse_launches(text: str) -> list[dict]:
     """'block_n=128,num_warps=8;num_stages=3' -> [{'block_n': 128, 'num_warps': 8}, {'num_stages': 3}] (integer
-    or true/false fields of DecodeConfig)."""
+    or true/false fields of DecodeConfig; 'none' for OPTIONAL_LAUNCH_FIELDS: maxnreg=none is no register cap, which
+    maxnreg=255 is not)."""
     known = {f.name for f in fields(DecodeConfig)}
     variants = []
     for part in filter(None, text.split(";")):
@@ -160,9 +165,15 @@ def parse_launches(text: str) -> list[dict]:
             name, _, value = item.partition("=")
             if name not in known:
                 raise SystemExit(f"--launch: unknown DecodeConfig field '{name}'; known: {', '.join(sorted(known))}.")
-            if value not in ("true", "false") and not value.lstrip("-").isdigit():
-                raise SystemExit(f"--launch: {name} needs an integer or true/false, got '{value}'.")
-            changes[name] = value == "true" if value in ("true", "false") else int(value)
+            if value == "none" and name in OPTIONAL_LAUNCH_FIELDS:
+                changes[name] = None
+            elif value in LAUNCH_WORDS:
+                changes[name] = LAUNCH_WORDS[value]
+            elif value.lstrip("-").isdigit():
+                changes[name] = int(value)
+            else:
+                other = " or none" if name in OPTIONAL_LAUNCH_FIELDS else ""
+                raise SystemExit(f"--launch: {name} needs an integer or true/false{other}, got '{value}'.")
         variants.append(changes)
     return variants
 

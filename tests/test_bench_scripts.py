@@ -372,7 +372,8 @@ def test_turbo_sass_counts_the_warp_tile_loop():
 
 
 def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypatch):
-    """`--launch` names DecodeConfig fields to change from a format's default launch; a typo ends the run."""
+    """`--launch` names DecodeConfig fields to change from a format's default launch ('none' lifts the register cap
+    or the row rule); a typo ends the run."""
     import pytest
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     from bench_formats import parse_launches
@@ -383,6 +384,12 @@ def test_bench_formats_launch_variants_parse_and_refuse_unknown_fields(monkeypat
         parse_launches("blockn=128")
     with pytest.raises(SystemExit, match="block_n needs an integer or true/false, got '12x'"):
         parse_launches("block_n=12x")
+    assert parse_launches("maxnreg=none,warp_rows=none;maxnreg=255") == [{"maxnreg": None, "warp_rows": None},
+                                                                          {"maxnreg": 255}]
+    with pytest.raises(SystemExit, match="block_n needs an integer or true/false, got 'none'"):
+        parse_launches("block_n=none")
+    with pytest.raises(SystemExit, match="maxnreg needs an integer or true/false or none, got 'x'"):
+        parse_launches("maxnreg=x")
 
 
 def test_bench_formats_points_take_the_kernel_grid_by_name(monkeypatch):
