@@ -27,8 +27,8 @@ quantizer's own dequantization of the same parts ("correctness:"; launch variant
 (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0) are the full check. With
 $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
 files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`; with
---grid-only over the must-show grid's batch x ctx points only), then with --against (earlier runs of the same GPU) each format's time there over its time here (`format_time_ratios`), then each
-file's table.
+--grid-only over the must-show grid's batch x ctx points only), then with --against (earlier runs of the same GPU)
+each format's time there over its time here (`format_time_ratios`), then each file's table.
 """
 from __future__ import annotations
 

@@ -213,9 +213,10 @@ def test_channel_key_tiles_match_reference(name, token_pairs):
     (64, 256, 2, WARP_TILE_ROWS), (128, 128, 2, WARP_TILE_ROWS), (256, 128, 2, WARP_TILE_ROWS),
     (128, 128, 4, WARP_TILE_ROWS), (256, 128, 4, WARP_TILE_ROWS), (64, 256, 4, None)])
 def test_channel_key_tiles_in_eight_row_programs_match_reference(head_dim, block_n, bits, warp_rows):
-    """12 query rows per KV head in 8-row programs (`warp_rows`: KIVI's launch from 9 rows on at head_dim 256; the
-    tiny grid's below it before `channel_key_tiny`) over per-channel keys on warp tiles, pair rows at head_dim 64 and 2 bits, with splits that
-    cut key groups; 4-bit keys at head_dim 64 in two-group tiles of one 16-row program (KIVI-4's launch there)."""
+    """12 query rows per KV head in 8-row programs (`warp_rows`: KIVI's launch from 9 rows on at head_dim 256, and at
+    128 on the tiny grid over short histories) over per-channel keys on warp tiles, pair rows at head_dim 64 and 2
+    bits, with splits that cut key groups; 4-bit keys at head_dim 64 in two-group tiles of one 16-row program
+    (KIVI-4's launch there)."""
     args, kw = make_inputs(2, 24, 2, 1, head_dim, 480, 9, QuantSpec(bits=bits, group=32, axis="channel"),
                            QuantSpec(bits=bits, group=32))
     cfg = DecodeConfig(block_n=block_n, block_f=32, num_warps=4, num_stages=1, warp_tiles=True,
