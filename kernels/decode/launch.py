@@ -326,6 +326,12 @@ def short_history_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, rows: i
     return replace(cfg, block_n=128, num_warps=2)
 
 
+def short_channel_key_history(cfg: DecodeConfig, grid: str, rows: int, history_tokens: int, bound: int) -> bool:
+    """Per-channel keys on warp tiles serving more than WARP_TILE_ROWS query rows on the tiny grid (batch 1) over at
+    most `bound` packed tokens: where `short_history_row_major` and `short_history_eight_rows` change the launch."""
+    return cfg.channel_key_tiles and grid == "tiny" and rows > WARP_TILE_ROWS and 0 < history_tokens <= bound
+
+
 def short_history_row_major(cfg: DecodeConfig, grid: str, head_dim: int, rows: int,
                             history_tokens: int) -> DecodeConfig:
     """cfg, or the row-major loop (`default_config`'s launch for per-channel keys) where per-channel keys on warp tiles
@@ -334,8 +340,7 @@ def short_history_row_major(cfg: DecodeConfig, grid: str, head_dim: int, rows: i
     against 9.9-10.1 us on the two-group tiles (results/bench/bench_formats_kivi4_grid_h200.md), KIVI-2 8 against 9
     us in 8-row programs (bench_formats_kivi_grid_h200.md); from 8k on the tiles were faster (KIVI-2) or within 1.8
     us (KIVI-4 at 8k: 16.6 against 18.4 us; 32k 41.0 against 35.0)."""
-    if not (cfg.channel_key_tiles and grid == "tiny" and head_dim == 64 and rows > WARP_TILE_ROWS
-            and 0 < history_tokens <= SHORT_HISTORY_TOKENS):
+    if head_dim != 64 or not short_channel_key_history(cfg, grid, rows, history_tokens, SHORT_HISTORY_TOKENS):
         return cfg
     return default_config(head_dim, True, grid, False, rows)
 
@@ -347,8 +352,7 @@ def short_history_eight_rows(cfg: DecodeConfig, grid: str, head_dim: int, rows: 
     H200, groups 12 / 16, batch 1 (results/bench/bench_formats_kivi_rows16_h200.md): at 1k two 8-row programs took
     0.011 ms against 0.012-0.013 for one 16-row program (KIVI-2 and KIVI-4, 0.62-0.63x -> 0.68-0.72x SDPA); at 4k the
     16-row program was faster (0.019-0.020 against 0.021-0.022 ms). The bound lies between the two timed points."""
-    if not (cfg.channel_key_tiles and grid == "tiny" and head_dim == 128 and rows > WARP_TILE_ROWS
-            and 0 < history_tokens <= SHORT_KIVI_EIGHT_ROW_TOKENS):
+    if head_dim != 128 or not short_channel_key_history(cfg, grid, rows, history_tokens, SHORT_KIVI_EIGHT_ROW_TOKENS):
         return cfg
     return replace(cfg, warp_rows=WARP_TILE_ROWS)
 
