@@ -4,7 +4,9 @@
 
 Builds the rows as `scripts/bench_throughput.py` does (random Qwen3-4B-shape weights, synthetic cache), runs
 --warmup steps, then profiles --steps consecutive ones (a page of 8 holds one demotion: the counts are per-step
-means over them) and prints, per kernel name: launches per step and per layer, mean us per launch, ms per step.
+means over them) and prints, per kernel name: launches per step and per layer, mean us per launch, ms per step;
+and the wall time of the same number of steps timed with CUDA events before the profiler starts, so that the gap
+between it and the kernels' sum (idle time between launches) shows.
 """
 from __future__ import annotations
 
@@ -35,6 +37,18 @@ def kernel_table(events, steps: int, layers: int) -> list[tuple[str, float, floa
     return sorted(rows, key=lambda row: -row[3])
 
 
+def timed_steps(make_step, steps: int) -> float:
+    """Mean wall ms of `steps` consecutive steps between two CUDA events (no sync between steps)."""
+    torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(steps):
+        make_step()()
+    end.record()
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) / steps
+
+
 def profile_row(model, row: str, batch: int, ctx: int, warmup: int, steps: int) -> None:
     quantizer = make_quantizer(row, model.config)
     _, frozen, graph, compiled = row_engine(row)
@@ -43,17 +57,17 @@ def profile_row(model, row: str, batch: int, ctx: int, warmup: int, steps: int) 
     with install(model, quantizer, kernels="triton") as seam, torch.inference_mode():
         cache = seam.new_cache()
         fill_three_region(cache, model, batch, ctx, torch.bfloat16)
-        make_step = static_step(model, cache, batch, warmup + steps, "cuda", graph=graph, compile_step=compiled)
+        make_step = static_step(model, cache, batch, warmup + 2 * steps, "cuda", graph=graph, compile_step=compiled)
         for _ in range(warmup):
             make_step()()
-        torch.cuda.synchronize()
+        wall_ms = timed_steps(make_step, steps)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
                 make_step()()
             torch.cuda.synchronize()
     table = kernel_table(prof.events(), steps, model.config.num_hidden_layers)
     print(f"\n### {row}, batch {batch}, ctx {ctx}: {sum(r[3] for r in table):.3f} ms GPU per step, "
-          f"{sum(r[1] for r in table):.2f} launches per layer\n")
+          f"{wall_ms:.3f} ms wall per step, {sum(r[1] for r in table):.2f} launches per layer\n")
     print("| kernel | per layer | us per launch | ms per step |\n|---|---|---|---|")
     for name, per_layer, us, ms in table:
         print(f"| {name} | {per_layer:.2f} | {us:.1f} | {ms:.3f} |")
