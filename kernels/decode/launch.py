@@ -178,7 +178,7 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     (H200, results/bench/bench_formats_kivi4_grid_h200.md; batch 1 / 1k with 16 rows, on the row-major loop before,
     0.92x -> 0.63x: `short_history_row_major` keeps that loop there); 8-row programs where `channel_key_rows` says,
     unpacking in inline PTX where `channel_key_asm` says, uncapped at 2 programs per SM on the tiny grid where
-    `channel_key_tiny` says; at head_dim 256 (value groups of 32 as row blocks of a field) four warps of one key
+    `channel_key_tiny` says and uncapped on the small grid where `channel_key_small` says; at head_dim 256 (value groups of 32 as row blocks of a field) four warps of one key
     group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py
     --launch`, results/bench/bench_formats_kivi.md); and half the tokens per tile on the medium and large grids
     where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`): each warp then holds 32 tokens, the bytes
@@ -210,7 +210,8 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     if head_dim > 128:                    # the row-major launch's 8 warps x 8 tokens -> 4 warps x one key group
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
     rows_per_program = channel_key_rows(head_dim, rows)
-    tiles = replace(tiles, warp_rows=rows_per_program, **channel_key_tiny(grid, head_dim))
+    tiles = replace(tiles, warp_rows=rows_per_program, **channel_key_tiny(grid, head_dim),
+                    **channel_key_small(grid, head_dim, rows))
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
@@ -251,6 +252,18 @@ def channel_key_tiny(grid: str, head_dim: int) -> dict:
     1.13-1.17x at 128 (medians); KIVI-4 at 64 with up to 8 rows slower at 100k (40.1-42.1 -> 46.3-46.8 us). Head_dim
     64 with 16 rows up to 4k keeps the row-major loop (`short_history_row_major`)."""
     return TINY_CHANNEL_KEYS if grid == "tiny" and head_dim <= 128 else {}
+
+
+def channel_key_small(grid: str, head_dim: int, rows: int) -> dict:
+    """DecodeConfig fields of per-channel-key tiles on the small grid (batch 2, or batch 1 past the tiny grid's token
+    bound) up to head_dim 128 with more than WARP_TILE_ROWS query rows: no register cap (the family's 4 programs per
+    SM kept) instead of its 128-register cap, under which the 16-row programs' loops spill (offline, `python
+    scripts/dev/decode_sass.py --launches --layout kivi2`: 258 spill instructions at head_dim 64). H200, batch 2,
+    group 16 at 8k / 32k / 100k (results/bench/bench_formats_kivi_small_h200.md): 0.49-0.90x the time at all 12
+    points (KIVI-2 at head_dim 64 / 100k 0.263 -> 0.128 ms, at 128 0.278 -> 0.185); 2 programs per SM as well was
+    faster at 8k and slower at 100k. With up to 8 rows (group 4) lifting the cap was faster at 6 of 12 points and up
+    to 1.24x slower at the others, so those keep the cap."""
+    return {"maxnreg": None} if grid == "small" and head_dim <= 128 and rows > WARP_TILE_ROWS else {}
 
 
 def channel_key_rows(head_dim: int, rows: int) -> int | None:

@@ -79,7 +79,8 @@ def main() -> None:
     parser.add_argument("--rows", default="bf16+graph+compile,oscar:model+graph+compile")
     parser.add_argument("--ctx", type=int, default=102400)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=17,
+                        help="untimed steps: two demotion pages and one (compilation, the demotion graph's capture)")
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     model = build_model(args.model, "cuda", torch.bfloat16, 1)
