@@ -327,6 +327,7 @@ def main() -> None:
     failures = [f for shape in shapes for fmt in formats for batch in batches for f in check_format(fmt, shape, batch)]
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth()
+    print(f"copy bandwidth: {copy_tbs} TB/s", flush=True)          # a log cut short keeps what its rows need
     rows = []
     for shape in shapes:
         for batch, ctx in args.points:
