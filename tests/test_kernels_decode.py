@@ -276,10 +276,11 @@ def test_kivi4_launch_per_shape():
 
 def test_kivi_tiles_run_uncapped_on_the_tiny_grid_and_with_many_rows_on_the_small_grid():
     """Per-channel-key tiles on the tiny grid (batch 1) up to head_dim 128 take TINY_CHANNEL_KEYS (no register cap,
-    2 programs per SM: the H200 sweep in bench_formats_kivi_tiny_h200.md); on the small grid (batch 2) more than
-    WARP_TILE_ROWS rows up to head_dim 128 drop the cap and keep the family's split target (channel_key_small:
-    bench_formats_kivi_small_h200.md); the other cases keep their family's cap and split target, and the
-    short-history row-major loop keeps default_config's."""
+    2 programs per SM: the H200 sweep in bench_formats_kivi_tiny_h200.md); on the small grid (batch 2) up to
+    head_dim 128 they drop the cap and keep the family's split target (channel_key_small:
+    bench_formats_kivi_small_h200.md), except up to WARP_TILE_ROWS rows of 2-bit keys at head_dim 128 and 4-bit keys
+    at 64; the other cases keep their family's cap and split target, and the short-history row-major loop keeps
+    default_config's."""
     from kernels.decode.launch import SHORT_HISTORY_TOKENS, TINY_CHANNEL_KEYS, default_launch
     kivi2_k, kivi2_v = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
     assert TINY_CHANNEL_KEYS == dict(maxnreg=None, programs_per_sm=2)
@@ -290,9 +291,10 @@ def test_kivi_tiles_run_uncapped_on_the_tiny_grid_and_with_many_rows_on_the_smal
                     cfg = launch_config(head_dim, True, grid, k, v, rows=rows)
                     base = default_config(head_dim, True, grid, False, rows)
                     tiny = grid == "tiny" and head_dim <= 128
-                    small_wide_rows = grid == "small" and head_dim <= 128 and rows > WARP_TILE_ROWS
+                    slower_uncapped = (k.container_bits, head_dim) in ((2, 128), (4, 64)) and rows <= WARP_TILE_ROWS
+                    small_uncapped = grid == "small" and head_dim <= 128 and not slower_uncapped
                     expected = (None, 2) if tiny else (base.maxnreg, base.programs_per_sm)
-                    if small_wide_rows:
+                    if small_uncapped:
                         expected = (None, base.programs_per_sm)
                     assert (cfg.maxnreg, cfg.programs_per_sm) == expected, (head_dim, grid, rows)
         row_major = default_launch(64, k, v, 16, 8, 132, SHORT_HISTORY_TOKENS)
@@ -703,12 +705,12 @@ def test_gpu_default_launch_matches_reference(name, batch):
 @pytest.mark.skipif(not torch.cuda.is_available() or interpreter_forced(),
                     reason="the default launch is chosen by GPU size and compiled on a CUDA device only")
 @pytest.mark.parametrize("batch", [1, 2, 5])
-@pytest.mark.parametrize("head_dim, q_heads", [(64, 32), (64, 128), (128, 128), (256, 32)])
+@pytest.mark.parametrize("head_dim, q_heads", [(64, 32), (64, 128), (128, 32), (128, 128), (256, 32)])
 @pytest.mark.parametrize("name", ["kivi2", "kivi4"])
 def test_gpu_default_launch_of_kivi_at_other_head_dims_matches_reference(name, head_dim, q_heads, batch):
     """KIVI's default launch at head_dim 64 (8 and 16 rows: the inline-PTX unpack of 4-bit keys in 8-row programs,
-    the tiny grid's uncapped launch at batch 1), 128 with 16 rows (one 16-row program on the tiny grid), 16 rows
-    uncapped on the small grid at batch 2 (`channel_key_small`) and 256
+    the tiny grid's uncapped launch at batch 1), 128 with 4 and 16 rows (one 16-row program on the tiny grid), the
+    small grid's launches at batch 2, capped or not (`channel_key_small`), and 256
     (column chunks for 4-bit keys) over 4,800 packed tokens (past `short_history_row_major`'s bound) matches the
     reference."""
     quantizer = build_quantizer(name)

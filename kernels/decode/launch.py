@@ -178,22 +178,22 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     (H200, results/bench/bench_formats_kivi4_grid_h200.md; batch 1 / 1k with 16 rows, on the row-major loop before,
     0.92x -> 0.63x: `short_history_row_major` keeps that loop there); 8-row programs where `channel_key_rows` says,
     unpacking in inline PTX where `channel_key_asm` says, uncapped at 2 programs per SM on the tiny grid where
-    `channel_key_tiny` says and uncapped on the small grid where `channel_key_small` says; at head_dim 256 (value groups of 32 as row blocks of a field) four warps of one key
-    group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4 0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py
-    --launch`, results/bench/bench_formats_kivi.md); and half the tokens per tile on the medium and large grids
-    where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`): each warp then holds 32 tokens, the bytes
-    of INT2's 64 (H100 sweep, results/bench/bench_formats_int4_tiles.md: 13-26 % less time from batch 3 / 8k to
-    batch 32 / 100k; at head_dim 64 and 256 and on the tiny and small grids the same change was slower); and on the
-    tiny grid (batch 1) with 2-bit K and V at head_dim 64 or 128 and up to WARP_TILE_ROWS rows, 6 two-warp programs
-    per SM under a 168-register cap (TINY_INT2). At head_dim 64 (pair rows) 6 per SM were measured against 4 (H100,
-    results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 -> 0.031 / 0.033 / 0.034
-    ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1 grid with trees alternating,
-    results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers; the 16-bit code words
-    would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
-    scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md) and batch 1 / 100k at 0.033 ms against
-    0.042 uncapped (H100, group 4, results/bench/bench_formats_d64_cap.md). At head_dim 128
-    the words took the program from 244 to 224 registers, and the cap with 6 per SM made batch 1 / 100k 0.046 ->
-    0.041 ms (H100, results/bench/sweep_tiny_int2_words.md)."""
+    `channel_key_tiny` says and uncapped on the small grid where `channel_key_small` says; at head_dim 256 (value
+    groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4
+    0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and half the
+    tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`):
+    each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep, results/bench/bench_formats_int4_tiles.md: 13-26
+    % less time from batch 3 / 8k to batch 32 / 100k; at head_dim 64 and 256 and on the tiny and small grids the same
+    change was slower); and on the tiny grid (batch 1) with 2-bit K and V at head_dim 64 or 128 and up to WARP_TILE_ROWS
+    rows, 6 two-warp programs per SM under a 168-register cap (TINY_INT2). At head_dim 64 (pair rows) 6 per SM were
+    measured against 4 (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 ->
+    0.031 / 0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1 grid with trees
+    alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers; the 16-bit code
+    words would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
+    scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md) and batch 1 / 100k at 0.033 ms against 0.042
+    uncapped (H100, group 4, results/bench/bench_formats_d64_cap.md). At head_dim 128 the words took the program from
+    244 to 224 registers, and the cap with 6 per SM made batch 1 / 100k 0.046 -> 0.041 ms (H100,
+    results/bench/sweep_tiny_int2_words.md)."""
     per_token = per_token_layouts(k_spec, v_spec, head_dim)
     cfg = default_config(head_dim, on_gpu, grid, per_token, rows)
     if on_gpu and per_token and grid in ("medium", "large") and wide_token_fields(k_spec, v_spec, head_dim):
@@ -211,7 +211,7 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
         tiles = replace(tiles, block_n=4 * k_spec.group, num_warps=4)
     rows_per_program = channel_key_rows(head_dim, rows)
     tiles = replace(tiles, warp_rows=rows_per_program, **channel_key_tiny(grid, head_dim),
-                    **channel_key_small(grid, head_dim, rows))
+                    **channel_key_small(grid, head_dim, k_spec, rows))
     return tiles if channel_key_layouts(tiles, k_spec, v_spec, head_dim) else cfg
 
 
@@ -254,16 +254,21 @@ def channel_key_tiny(grid: str, head_dim: int) -> dict:
     return TINY_CHANNEL_KEYS if grid == "tiny" and head_dim <= 128 else {}
 
 
-def channel_key_small(grid: str, head_dim: int, rows: int) -> dict:
+def channel_key_small(grid: str, head_dim: int, k_spec: QuantSpec, rows: int) -> dict:
     """DecodeConfig fields of per-channel-key tiles on the small grid (batch 2, or batch 1 past the tiny grid's token
-    bound) up to head_dim 128 with more than WARP_TILE_ROWS query rows: no register cap (the family's 4 programs per
-    SM kept) instead of its 128-register cap, under which the 16-row programs' loops spill (offline, `python
-    scripts/dev/decode_sass.py --launches --layout kivi2`: 258 spill instructions at head_dim 64). H200, batch 2,
-    group 16 at 8k / 32k / 100k (results/bench/bench_formats_kivi_small_h200.md): 0.49-0.90x the time at all 12
-    points (KIVI-2 at head_dim 64 / 100k 0.263 -> 0.128 ms, at 128 0.278 -> 0.185); 2 programs per SM as well was
-    faster at 8k and slower at 100k. With up to 8 rows (group 4) lifting the cap was faster at 6 of 12 points and up
-    to 1.24x slower at the others, so those keep the cap."""
-    return {"maxnreg": None} if grid == "small" and head_dim <= 128 and rows > WARP_TILE_ROWS else {}
+    bound) up to head_dim 128: no register cap (the family's 4 programs per SM kept) instead of its 128-register cap,
+    under which the 16-row programs' loops spill (offline, `python scripts/dev/decode_sass.py --launches --layout
+    kivi2`: 258 spill instructions at head_dim 64), except for up to WARP_TILE_ROWS rows of 2-bit keys at head_dim
+    128 and of 4-bit keys at 64, where lifting the cap was slower. H200, batch 2 at 8k-100k and batch 1 / 128k
+    (results/bench/bench_formats_kivi_small_h200.md): with 12-16 rows 0.48-0.96x the time at all 38 points timed
+    against the cap (KIVI-2 at head_dim 64 / 100k 0.268 -> 0.129-0.130 ms, at 128 0.282 -> 0.177-0.187); with 1-8 rows
+    KIVI-2 at head_dim 64 0.93-0.99x at 14 of 16 points (1.004-1.006x at 2) and KIVI-4 at 128 0.88-0.90x from 32k on
+    (0.99-1.03x at 8k); at group 4 KIVI-2 at 128 1.10-1.12x and KIVI-4 at 64 1.20-1.25x from 32k on (those keep the
+    cap); 2 programs per SM on top was slower at 100k."""
+    if grid != "small" or head_dim > 128:
+        return {}
+    slower_uncapped = (k_spec.container_bits, head_dim) in ((2, 128), (4, 64))
+    return {} if rows <= WARP_TILE_ROWS and slower_uncapped else {"maxnreg": None}
 
 
 def channel_key_rows(head_dim: int, rows: int) -> int | None:
