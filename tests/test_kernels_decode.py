@@ -299,6 +299,11 @@ def test_kivi_tiles_run_uncapped_on_the_tiny_grid_and_with_many_rows_on_the_smal
                     assert (cfg.maxnreg, cfg.programs_per_sm) == expected, (head_dim, grid, rows)
         row_major = default_launch(64, k, v, 16, 8, 132, SHORT_HISTORY_TOKENS)
         assert not row_major.channel_key_tiles and row_major.maxnreg == 128
+    layouts = {2: (kivi2_k, kivi2_v), 4: (kivi4_k, kivi4_v)}
+    small = {(bits, head_dim, rows): launch_config(head_dim, True, "small", *layouts[bits], rows=rows).maxnreg
+             for bits in (2, 4) for head_dim in (64, 128) for rows in (4, 16)}
+    assert small == {(2, 64, 4): None, (2, 64, 16): None, (2, 128, 4): 128, (2, 128, 16): None,
+                     (4, 64, 4): 128, (4, 64, 16): None, (4, 128, 4): None, (4, 128, 16): None}
 
 
 def test_short_kivi_histories_with_many_rows_at_head_dim_64_take_the_row_major_loop():

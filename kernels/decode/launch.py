@@ -182,14 +182,14 @@ def launch_config(head_dim: int, on_gpu: bool, grid: str, k_spec: QuantSpec, v_s
     groups of 32 as row blocks of a field) four warps of one key group each: KIVI-2 0.36-0.42x -> 1.80-2.58x, KIVI-4
     0.63-0.68x -> 1.03-1.24x (H100, `bench_formats.py --launch`, results/bench/bench_formats_kivi.md); and half the
     tokens per tile on the medium and large grids where K and V store 4-bit codes at head_dim 128 (`wide_token_fields`):
-    each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep, results/bench/bench_formats_int4_tiles.md: 13-26
-    % less time from batch 3 / 8k to batch 32 / 100k; at head_dim 64 and 256 and on the tiny and small grids the same
-    change was slower); and on the tiny grid (batch 1) with 2-bit K and V at head_dim 64 or 128 and up to WARP_TILE_ROWS
-    rows, 6 two-warp programs per SM under a 168-register cap (TINY_INT2). At head_dim 64 (pair rows) 6 per SM were
-    measured against 4 (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 / 0.038 / 0.038 ->
-    0.031 / 0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1 grid with trees
-    alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers; the 16-bit code
-    words would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
+    each warp then holds 32 tokens, the bytes of INT2's 64 (H100 sweep, results/bench/bench_formats_int4_tiles.md:
+    13-26 % less time from batch 3 / 8k to batch 32 / 100k; at head_dim 64 and 256 and on the tiny and small grids the
+    same change was slower); and on the tiny grid (batch 1) with 2-bit K and V at head_dim 64 or 128 and up to
+    WARP_TILE_ROWS rows, 6 two-warp programs per SM under a 168-register cap (TINY_INT2). At head_dim 64 (pair rows) 6
+    per SM were measured against 4 (H100, results/bench/sweep_decode_occupancy.md: groups 1 / 3 / 8 at 100k 0.037 /
+    0.038 / 0.038 -> 0.031 / 0.033 / 0.034 ms, 1k to 32k unchanged; group 16 slower at 100k; confirmed over the batch-1
+    grid with trees alternating, results/bench/bench_kernel_grid_d64_tiny_pairs.md) when the program held 168 registers;
+    the 16-bit code words would take it to 239 (4 per SM), the cap keeps 168 with no spill in the loop (offline, `python
     scripts/dev/decode_sass.py --launches`, results/bench/decode_sass.md) and batch 1 / 100k at 0.033 ms against 0.042
     uncapped (H100, group 4, results/bench/bench_formats_d64_cap.md). At head_dim 128 the words took the program from
     244 to 224 registers, and the cap with 6 per SM made batch 1 / 100k 0.046 -> 0.041 ms (H100,
