@@ -715,9 +715,8 @@ def test_gpu_default_launch_matches_reference(name, batch):
 def test_gpu_default_launch_of_kivi_at_other_head_dims_matches_reference(name, head_dim, q_heads, batch):
     """KIVI's default launch at head_dim 64 (8 and 16 rows: the inline-PTX unpack of 4-bit keys in 8-row programs,
     the tiny grid's uncapped launch at batch 1), 128 with 4 and 16 rows (one 16-row program on the tiny grid), the
-    small grid's launches at batch 2, capped or not (`channel_key_small`), and 256
-    (column chunks for 4-bit keys) over 4,800 packed tokens (past `short_history_row_major`'s bound) matches the
-    reference."""
+    small grid's launches at batch 2, capped or not (`channel_key_small`), and 256 (column chunks for 4-bit keys)
+    over 4,800 packed tokens (past `short_history_row_major`'s bound) matches the reference."""
     quantizer = build_quantizer(name)
     args, kw = make_inputs(batch, q_heads, 8, 1, head_dim, 4800, 320, quantizer.key_spec, quantizer.value_spec)
     out = decode_attention(*args, **kw)

@@ -5,8 +5,9 @@
 Builds the rows as `scripts/bench_throughput.py` does (random Qwen3-4B-shape weights, synthetic cache), runs
 --warmup steps, then profiles --steps consecutive ones (a page of 8 holds one demotion: the counts are per-step
 means over them) and prints, per kernel name: launches per step and per layer, mean us per launch, ms per step;
-and the wall time of the same number of steps timed with CUDA events before the profiler starts, so that the gap
-between it and the kernels' sum (idle time between launches) shows.
+and, timed before the profiler starts, the mean wall time of as many steps as bench_throughput's mean takes them
+(`time_steps`, each step synchronized), so that the gap between it and the kernels' sum shows. --warmup defaults to
+bench_throughput's (`whole_pages`: two demotions before any timed step).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_throughput import (MODELS, build_model, fill_three_region, make_quantizer, row_engine,  # noqa: E402
-                              static_step)
+                              static_step, time_steps, whole_pages)
 from harness.seam import install  # noqa: E402
 
 
@@ -37,20 +38,10 @@ def kernel_table(events, steps: int, layers: int) -> list[tuple[str, float, floa
     return sorted(rows, key=lambda row: -row[3])
 
 
-def timed_steps(make_step, steps: int) -> float:
-    """Mean wall ms of `steps` consecutive steps between two CUDA events (no sync between steps)."""
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(steps):
-        make_step()()
-    end.record()
-    torch.cuda.synchronize()
-    return begin.elapsed_time(end) / steps
-
-
-def profile_row(model, row: str, batch: int, ctx: int, warmup: int, steps: int) -> None:
+def profile_row(model, row: str, batch: int, ctx: int, warmup: int | None, steps: int) -> None:
     quantizer = make_quantizer(row, model.config)
+    steps, page_warmup = whole_pages(steps, quantizer)
+    warmup = page_warmup if warmup is None else warmup
     _, frozen, graph, compiled = row_engine(row)
     if not frozen:
         raise SystemExit(f"{row}: this script profiles frozen-cache rows (+graph or +frozen).")
@@ -60,7 +51,7 @@ def profile_row(model, row: str, batch: int, ctx: int, warmup: int, steps: int) 
         make_step = static_step(model, cache, batch, warmup + 2 * steps, "cuda", graph=graph, compile_step=compiled)
         for _ in range(warmup):
             make_step()()
-        wall_ms = timed_steps(make_step, steps)
+        _, wall_ms = time_steps(make_step, steps, "cuda", warmup=0)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
                 make_step()()
@@ -79,8 +70,8 @@ def main() -> None:
     parser.add_argument("--rows", default="bf16+graph+compile,oscar:model+graph+compile")
     parser.add_argument("--ctx", type=int, default=102400)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=17,
-                        help="untimed steps: two demotion pages and one (compilation, the demotion graph's capture)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps (default: bench_throughput's, two demotions before any timed step)")
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     model = build_model(args.model, "cuda", torch.bfloat16, 1)
