@@ -481,6 +481,8 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "kivi2 >= BF16 SDPA at 14 of 32 points"),
     ("bench_formats.py", ["bench_formats_kivi_small_h200.json"], "bench_formats_kivi_small_h200.md", 100,
      "kivi2 >= BF16 SDPA at 5 of 19 points"),
+    ("bench_formats.py", ["bench_formats_kivi_small_final_h200.json"], "bench_formats_kivi_small_h200.md", 80,
+     "kivi4 >= BF16 SDPA at 7 of 16 points"),
     ("bench_formats.py", ["bench_formats_turbo_words_base_h200.json"], "bench_formats_turbo_words_h200.md", 40,
      "turboquant_k3v3 >= BF16 SDPA at 0 of 12 points"),
 ])
