@@ -157,3 +157,42 @@ def test_rms_norm_is_what_the_compiled_stock_norm_computes():
     compiled = torch.compile(type(norm).forward)(norm, x)
     assert torch.equal(compiled, rms_norm(x, norm.weight, 1e-6))
     assert not torch.equal(norm(x), compiled)
+
+
+@GPU
+@pytest.mark.parametrize("config", [GemvConfig(pdl=1), GemvConfig(pdl=1, prefetch_k=1024),
+                                    GemvConfig(pdl=1, prefetch_k=1 << 20)])
+def test_programmatic_dependent_gemvs_read_what_the_kernel_before_wrote(config):
+    """A chain of GEMVs in one CUDA graph, as a decoder layer calls them (o with the residual, gate/up normed and
+    gated, down with the residual, the next q/k/v normed), each reading the one before's output: launched as
+    programmatic dependents (each asks L2 for its weights, then waits for the kernel before), the chain equals the
+    references chained, and equals the plain launch's chain bit for bit (only the launch differs)."""
+    hidden, inter = 384, 1024
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    w = {name: torch.randn(n, k, device=DEVICE, generator=gen).to(torch.bfloat16) * 0.05
+         for name, (n, k) in {"o": (hidden, 512), "gate_up": (2 * inter, hidden), "down": (hidden, inter),
+                              "qkv": (640, hidden)}.items()}
+    g = torch.rand(hidden, device=DEVICE, generator=gen).to(torch.bfloat16) + 0.5
+    attn = torch.randn(1, 512, device=DEVICE, generator=gen).to(torch.bfloat16)
+    stream = torch.randn(1, hidden, device=DEVICE, generator=gen).to(torch.bfloat16)
+
+    def layer(cfg, linear):
+        h = linear(attn, w["o"], residual=stream, config=cfg)
+        act = linear(h, w["gate_up"], norm=(g, 1e-6), gated=True, config=cfg)
+        out = linear(act, w["down"], residual=h, config=cfg)
+        return linear(out, w["qkv"], norm=(g, 1e-6), config=cfg)
+
+    def reference(x, weight, config, **kw):
+        return gemv_reference(x, weight, **kw)
+    layer(config, gemv)                                                       # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chained = layer(config, gemv)
+    for _ in range(3):                  # new inputs each replay: a read before the kernel before wrote is stale
+        attn.copy_(torch.randn(attn.shape, device=DEVICE, generator=gen))
+        stream.copy_(torch.randn(stream.shape, device=DEVICE, generator=gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(chained, layer(GemvConfig(), gemv))
+        torch.testing.assert_close(chained.float(), layer(None, reference).float(), rtol=2e-2, atol=2e-2)
