@@ -23,9 +23,6 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-from kernels.dispatch import interpreter_forced
 
 MAX_ROWS = 8
 
@@ -43,18 +40,6 @@ class GemvConfig(NamedTuple):
     num_warps: int = 1
     num_stages: int = 3
     norm_block: int = 4096   # a folded RMSNorm's K-slice for its sum of squares at one row (0, or more rows: block_k)
-    pdl: int = 0             # 1: a programmatic dependent launch (compute capability 9.0 on; to be timed)
-    prefetch_k: int = 0      # with pdl: each program asks L2 for its weight rows' first prefetch_k columns first
-
-
-@triton.jit
-def _prefetch_l2(ptr, nbytes):
-    """Ask the GPU to bring nbytes from each ptr into L2 (cp.async.bulk.prefetch, sm_90 on), the address rounded down
-    and the size rounded down to 16 bytes; nothing for fewer than 16. A hint: nothing waits for it."""
-    tl.inline_asm_elementwise(
-        "{ .reg .b64 a; .reg .b32 n; .reg .pred p; and.b64 a, $1, -16; and.b32 n, $2, -16; setp.ne.u32 p, n, 0; "
-        "@p cp.async.bulk.prefetch.L2.global [a], n; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -71,29 +56,17 @@ def _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, K, eps, stride_xm, stride_wn, stride_rm, stride_ym,
-                 prefetch_bytes,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM_BLOCK: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr,
-                 PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr):
     """Program p: y[:, p*BLOCK_N : (p+1)*BLOCK_N] over the whole K (plus the bias and the residual, in fp32, before
     the rounding); with HAS_NORM, of x's rows RMS-normed and scaled by g, rounded to x's dtype, as `rms_norm`; GATED:
-    W is [gate; up] (2N rows), the program streams gate rows n and up rows N + n and stores silu(gate) * up.
-
-    PDL: launched as a programmatic dependent of the kernel before (`launch_pdl`). The weights do not depend on it:
-    with PREFETCH the program first asks L2 for prefetch_bytes of each of its weight rows, then waits for that
-    kernel (griddepcontrol.wait) before it reads x, the bias or the residual, and then lets the kernel after it be
-    scheduled (a PDL-launched GEMV after this one prefetches during this one's last programs)."""
+    W is [gate; up] (2N rows), the program streams gate rows n and up rows N + n and stores silu(gate) * up."""
     ROWS: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
     j = tl.arange(0, ROWS)
     rn = tl.program_id(0) * BLOCK_N + j % BLOCK_N                               # [ROWS] output features
     rm = tl.arange(0, BLOCK_M)                                                  # [BM]
     n_ok, m_ok = rn < N, rm < M
     w_row = rn + (j // BLOCK_N) * N                                             # [ROWS] gate rows, then up rows
-    if PDL:
-        if PREFETCH:
-            _prefetch_l2(w_ptr + w_row.to(tl.int64) * stride_wn, tl.where(n_ok, prefetch_bytes, 0))
-        gdc_wait()
-        gdc_launch_dependents()
     if HAS_NORM:
         inv_rms = _inverse_rms(x_ptr, rm, m_ok, K, eps, stride_xm, NORM_BLOCK)    # [BM]
     acc = tl.zeros((BLOCK_M, ROWS), tl.float32)
@@ -174,28 +147,16 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     cfg = config or GemvConfig()
     block_n = max(1, cfg.block_n // 2) if gated else cfg.block_n
     y = x.new_empty(m, n)
-    pdl = bool(cfg.pdl) and uses_pdl(x)
-    prefetch_bytes = min(k, cfg.prefetch_k) * weight.element_size() if pdl and rows_aligned(weight) else 0
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():       # Triton launches on the current GPU
         _gemv_kernel[(triton.cdiv(n, block_n),)](
             x, weight, weight if bias is None else bias, y if residual is None else residual,
             x if norm is None else norm[0], y, m, n, k, 0.0 if norm is None else float(norm[1]),
             x.stride(0), weight.stride(0), y.stride(0) if residual is None else residual.stride(0), y.stride(0),
-            prefetch_bytes, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k,
+            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=cfg.block_k,
             NORM_BLOCK=min((cfg.norm_block if m == 1 else 0) or cfg.block_k, triton.next_power_of_2(k)),
             HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, HAS_NORM=norm is not None, GATED=gated,
-            PDL=pdl, PREFETCH=prefetch_bytes > 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl)
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
-
-
-def uses_pdl(x: torch.Tensor) -> bool:
-    """A programmatic dependent launch is possible: a CUDA tensor on compute capability 9.0 or later, compiled."""
-    return x.is_cuda and not interpreter_forced() and torch.cuda.get_device_capability(x.device)[0] >= 9
-
-
-def rows_aligned(weight: torch.Tensor) -> bool:
-    """Every row of weight starts on 16 bytes (what an L2 bulk prefetch needs)."""
-    return weight.data_ptr() % 16 == 0 and weight.stride(0) * weight.element_size() % 16 == 0
 
 
 @torch.library.custom_op("kvq::gemv", mutates_args=())
