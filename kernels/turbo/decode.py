@@ -133,6 +133,9 @@ def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_
         raise ValueError(f"centroids must be fp32 [{levels}], got {centroids.dtype} {tuple(centroids.shape)}.")
     if v_scale.stride() != v_zero.stride():
         raise ValueError("v_scale and v_zero must share strides.")
+    if k_codes.data_ptr() % 4 or any(stride % 4 for stride in k_codes.stride()[:3]):
+        raise ValueError(f"k codes must start every row 4-byte aligned (the kernel loads 16- / 32-bit words), got "
+                         f"data_ptr % 4 = {k_codes.data_ptr() % 4} and strides {k_codes.stride()}.")
 
 def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                            hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec, v_spec,

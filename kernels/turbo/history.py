@@ -92,6 +92,30 @@ def _words(c_ptr, tok, ok, word, stride_n, BITS: tl.constexpr):
 
 
 @triton.jit
+def _aligned_words(c_ptr, tok, ok, stride_n, KC: tl.constexpr, WORDS: tl.constexpr, BITS: tl.constexpr):
+    """Words 0 .. KC - 1 (8 codes in BITS bytes, little-endian; int32) of the token rows tok [W, BLOCK_W, 1] (masked
+    by ok, the same shape; words from WORDS on are padding, 0): [W, BLOCK_W, KC]. Rows start 4-byte aligned
+    (`check_turbo_inputs`), so a 2- or 4-byte word is one load, and every 4 words of 3 bytes are three uint32 loads
+    u0, u1, u2: (u0, u0 >> 24 | u1 << 8, u1 >> 16 | u2 << 16, u2 >> 8), their bits above the 24th left for the
+    field shifts to drop."""
+    if BITS == 3:
+        m = tl.arange(0, KC // 4)[None, None, :]                                    # 4 words per 12 bytes
+        m_ok = ok & (m < WORDS // 4)
+        u = c_ptr.to(tl.pointer_type(tl.uint32)) + tok * (stride_n // 4) + 3 * m
+        u0 = tl.load(u, mask=m_ok, other=0)
+        u1 = tl.load(u + 1, mask=m_ok, other=0)
+        u2 = tl.load(u + 2, mask=m_ok, other=0)
+        pairs = tl.join(tl.join(u0, (u1 >> 16) | (u2 << 16)), tl.join((u0 >> 24) | (u1 << 8), u2 >> 8))
+        words = tl.reshape(pairs, (u0.shape[0], u0.shape[1], KC))                   # word 4m + 2a + b at [m, a, b]
+    else:
+        word = tl.arange(0, KC)[None, None, :]
+        unit: tl.constexpr = tl.uint16 if BITS == 2 else tl.uint32
+        ptrs = c_ptr.to(tl.pointer_type(unit)) + tok * (stride_n // BITS) + word
+        words = tl.load(ptrs, mask=ok & (word < WORDS), other=0).to(tl.uint32)
+    return words.to(tl.int32, bitcast=True)
+
+
+@triton.jit
 def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.constexpr, FP16: tl.constexpr):
     """q times qk_scale at each chunk's coordinates 8 * word + j (0 on padding rows), as the score dots' B operands:
     a tuple of 8 [WARPS, KC, R] tensors in the dot dtype."""
@@ -105,13 +129,13 @@ def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.cons
 
 
 @triton.jit
-def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, BITS: tl.constexpr,
-                BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
+def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D: tl.constexpr,
+                BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
     """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], their fp32 norms):
     (norm / |c|) * sum over chunks of centroids @ q_j^T. |c|^2 is a dot too: the squared centroids against ones (0 on
     padding rows), so that it lands in the scores' layout, every column the same sum."""
-    words = _words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None] & word_ok[None, None, :], word[None, None, :],
-                   stride_kcn, BITS)                                                # [WARPS, BLOCK_W, KC]
+    words = _aligned_words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], stride_kcn, word.shape[0], D // 8,
+                           BITS)                                                    # [WARPS, BLOCK_W, KC]
     ones = tl.broadcast_to(word_ok[None, :, None], q_t[0].shape).to(q_t[0].dtype)  # [WARPS, KC, R]
     for c in tl.static_range(len(q_t)):
         cent = _key_centroids((words >> (BITS * c)) & ((1 << BITS) - 1), table, BITS, BYTE_TABLE, FP16)
@@ -190,7 +214,7 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
         ahead = offs_n + BLOCK_N
         norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
-        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, K_BITS, BYTE_TABLE,
+        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
                          NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok,
