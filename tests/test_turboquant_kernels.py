@@ -179,6 +179,26 @@ def test_decode_kernel_refuses_bad_inputs(mutate, match):
                                centroids=quantizer.centroids, config=DecodeConfig(block_n=64, num_warps=8))
 
 
+def test_decode_kernel_refuses_key_codes_not_aligned_to_4_bytes():
+    """The kernel loads a key row's codes as 16- / 32-bit words: key codes whose rows do not start 4-byte aligned (a
+    view one byte into its storage, made on the kernel's device) are refused in one sentence, not read misaligned;
+    value codes, joined from bytes, may start anywhere."""
+    args, quantizer, _ = make_inputs(1, 2, 1, 1, 64, 8, 3)
+    args = tuple(a.to(DEVICE) for a in args)
+
+    def one_byte_in(codes):
+        shifted = torch.empty(codes.numel() + 1, dtype=torch.uint8, device=DEVICE)[1:].view(codes.shape)
+        return shifted.copy_(codes)
+
+    def decode(k_codes, v_codes):
+        return decode_attention_turbo(args[0], k_codes, *args[2:4], v_codes, *args[5:], sm_scale=0.125,
+                                      k_spec=quantizer.key_spec, v_spec=quantizer.value_spec,
+                                      centroids=quantizer.centroids.to(DEVICE))
+    with pytest.raises(ValueError, match="^k codes must start every row 4-byte aligned"):
+        decode(one_byte_in(args[1]), args[4])
+    torch.testing.assert_close(decode(args[1], one_byte_in(args[4])), decode(args[1], args[4]))
+
+
 def test_short_histories_on_the_batch_1_2_grids_take_shorter_splits():
     """Tiny and small grids: one-tile splits up to 4,096 history tokens, two-tile up to 8,192 (at head_dim 256 on the
     tiny grid only), the launch's 4 beyond and on the medium and large grids

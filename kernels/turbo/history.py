@@ -3,10 +3,15 @@ tokens are the score MMA's M and the value MMA's K, and nothing crosses warps in
 kernels/decode/warp_tiles.py does for INT2.
 
 A row's b-bit codes are one little-endian bit stream in which every 8 codes fill one b-byte word: word g (bytes
-g*b .. g*b + b-1, loaded and joined into an int32) holds coordinates 8g .. 8g + 7, code j at bits b*j. So no code is cut
-out of a byte it shares with another word: field j of every word (coordinates 8g + j) is one shift and one AND, the
-same for every row, so the codes reach the MMA layout as bytes. Chunk j (the K of one dot) is field j of the W = D / 8
-words, padded with zero rows to KC = max(W, 16) (the MMA's 16 at head_dim 64: its padding costs unpacking, not bytes).
+g*b .. g*b + b-1, as an int32) holds coordinates 8g .. 8g + 7, code j at bits b*j. So no code is cut out of a byte it
+shares with another word: field j of every word (coordinates 8g + j) is one shift and one AND, the same for every row.
+A key row's words come from aligned 16- / 32-bit loads (`_aligned_words`: its rows start 4-byte aligned, which
+`check_turbo_inputs` asks); a value row's are joined from its bytes (`_words`), so that its fields reach the MMA
+layout as bytes. On an H200 the keys' aligned loads took 0.72-1.00x the time of byte joins (median 0.93 / 0.83 /
+0.75 at head_dim 64 / 128 / 256); aligned loads for the values as well were 1.13-1.46x slower: their fields then
+reached the MMA through 16-bit shared-memory moves (results/bench/bench_formats_turbo_words_h200.md). Chunk j (the K of
+one dot) is field j of the W = D / 8 words, padded with zero rows to KC = max(W, 16) (the MMA's 16 at head_dim 64: its
+padding costs unpacking, not bytes).
 
 Keys never materialise as vectors: a chunk's codes pick their centroids (on the GPU up to 3 bits a byte-table lookup
 in inline PTX, `_centroid_ptx`; otherwise a tree of selects on the code's bits), and
