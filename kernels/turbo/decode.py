@@ -137,6 +137,7 @@ def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_
         raise ValueError(f"k codes must start every row 4-byte aligned (the kernel loads 16- / 32-bit words), got "
                          f"data_ptr % 4 = {k_codes.data_ptr() % 4} and strides {k_codes.stride()}.")
 
+
 def decode_attention_turbo(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_k, fp_v,
                            hist_len, fp_len, hist_start, fp_start, *, sm_scale: float, k_spec, v_spec,
                            centroids: torch.Tensor, byte_table: tuple[int, int, int, int] | None = None,
