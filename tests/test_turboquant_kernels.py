@@ -210,3 +210,15 @@ def test_short_histories_on_the_batch_1_2_grids_take_shorter_splits():
     assert gpu_config(128, "medium", 704).min_split_tiles == 4 and gpu_config(128, "large", 704).min_split_tiles == 4
     assert gpu_config(128, "tiny").min_split_tiles == 4
     assert gpu_config(128, "tiny", 704).num_warps == 2 and gpu_config(128, "large", 704).maxnreg == 168
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_medium_and_large_grids_cap_registers_at_every_head_dim(head_dim):
+    """A 168-register cap on the medium and large grids at head_dim 64, 128 and 256 (H200 since the keys' aligned
+    loads: 0.86-0.98x the time at 64 and 256, results/bench/bench_formats_turbo_keywords_h200.md); the tiny and small
+    grids keep their launches (two warps up to head_dim 128, no cap)."""
+    from kernels.turbo.decode import gpu_config
+    assert gpu_config(head_dim, "medium").maxnreg == 168 and gpu_config(head_dim, "large").maxnreg == 168
+    assert gpu_config(head_dim, "medium").num_warps == 4
+    assert gpu_config(head_dim, "tiny").maxnreg is None and gpu_config(head_dim, "small").maxnreg is None
+    assert gpu_config(head_dim, "small").num_warps == (2 if head_dim <= 128 else 4)

@@ -32,17 +32,19 @@ GPU_CONFIG = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=2, me
 def gpu_config(head_dim: int, grid: str, history_tokens: int | None = None) -> DecodeConfig:
     """The GPU launch on `kernels.decode.grid_size`'s grid over `history_tokens` packed tokens per (sequence, KV head)
     (None: a long history), with `short_history_split_tiles`: 128-token tiles in four warps (32 tokens per warp); two
-    warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap at head_dim 128 on the medium
-    and large grids. H100, K3V3, group 4, 32k and 100k (`bench_formats.py --launch`,
-    results/bench/bench_formats_turbo.md): two warps took batch 1 from 0.094 to 0.083 ms at head_dim 128 and from
-    0.075 to 0.054 ms at 64 (measured before the byte-table lookup) and were slower at batch 8 and 32 and at head_dim
-    256; the cap took batch 8 / 32k from 0.431 to 0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim
-    128 and was slower at 64 and 256 and at batch 1; 256-token tiles and eight warps were slower or mixed."""
+    warps on the tiny and small grids (batch 1-2) up to head_dim 128; a 168-register cap on the medium and large
+    grids. H100, K3V3, group 4, 32k and 100k (`bench_formats.py --launch`, results/bench/bench_formats_turbo.md): two
+    warps took batch 1 from 0.094 to 0.083 ms at head_dim 128 and from 0.075 to 0.054 ms at 64 (measured before the
+    byte-table lookup) and were slower at batch 8 and 32 and at head_dim 256; the cap took batch 8 / 32k from 0.431 to
+    0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim 128 (slower then at 64 and 256 and at batch 1); 256-token
+    tiles and eight warps were slower or mixed. Since the keys' aligned word loads (H200, the same points,
+    results/bench/bench_formats_turbo_keywords_h200.md) the cap also took head_dim 64 to 0.86-0.87x the time (batch 32
+    / 100k 3.530 -> 3.079 ms) and 256 to 0.97-0.98x; eight warps were 1.17-2.02x slower, no cap 1.13-1.14x at 128."""
     small = grid in ("tiny", "small")
     cfg = GPU_CONFIG
     if small and head_dim <= 128:
         cfg = replace(cfg, num_warps=2)
-    elif head_dim == 128:
+    elif not small:
         cfg = replace(cfg, maxnreg=168)
     tiles = short_history_split_tiles(grid, head_dim, history_tokens)
     return replace(cfg, min_split_tiles=tiles) if tiles else cfg
