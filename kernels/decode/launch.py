@@ -536,11 +536,18 @@ def _check_kernel_support(k_spec, v_spec, k_scale, k_zero, v_scale, v_zero) -> N
         raise ValueError("scale/zero pairs must share strides.")
 
 
+def rows_aligned(codes: torch.Tensor, nbytes: int) -> bool:
+    """Packed codes [B, H, N, bytes] start on `nbytes` bytes and step over sequences, heads and tokens by multiples of
+    it: what a kernel reading a row's codes as `nbytes`-byte words needs (INT2's warp tiles: 2, TurboQuant's keys:
+    4)."""
+    return codes.data_ptr() % nbytes == 0 and all(stride % nbytes == 0 for stride in codes.stride()[:3])
+
+
 def _check_word_aligned(k_codes: torch.Tensor, v_codes: torch.Tensor) -> None:
     """Warp tiles read the packed codes as 16-bit words (kernels/decode/warp_tiles.py): every code tensor must start
     on an even byte and step over tokens, heads and sequences by even byte counts."""
     for name, codes in (("k_codes", k_codes), ("v_codes", v_codes)):
-        if codes.data_ptr() % 2 or any(stride % 2 for stride in codes.stride()[:3]):
+        if not rows_aligned(codes, 2):
             raise ValueError(f"{name} must start on an even byte with even strides (16-bit loads), got strides "
                              f"{tuple(codes.stride())}.")
 

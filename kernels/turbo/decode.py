@@ -20,7 +20,7 @@ import triton.language as tl
 from kernels.decode.common import LOG2E, _program_rows, _split_bounds
 from kernels.decode.fp_segment import _fp_program
 from kernels.decode.launch import (SHORT_HISTORY_TOKENS, DecodeConfig, _sm_count, _warp_rows, check_launch,
-                                   default_config, grid_size, run_split_k)
+                                   default_config, grid_size, rows_aligned, run_split_k)
 from kernels.decode.reference import check_segments
 from kernels.dispatch import interpreter_forced
 from kernels.turbo.history import _turbo_warp_tiles
@@ -135,7 +135,7 @@ def check_turbo_inputs(q, k_codes, k_norm, k_zero, v_codes, v_scale, v_zero, fp_
         raise ValueError(f"centroids must be fp32 [{levels}], got {centroids.dtype} {tuple(centroids.shape)}.")
     if v_scale.stride() != v_zero.stride():
         raise ValueError("v_scale and v_zero must share strides.")
-    if k_codes.data_ptr() % 4 or any(stride % 4 for stride in k_codes.stride()[:3]):
+    if not rows_aligned(k_codes, 4):                      # `_aligned_words` loads a key row as 16- / 32-bit words
         raise ValueError(f"k codes must start every row 4-byte aligned (the kernel loads 16- / 32-bit words), got "
                          f"data_ptr % 4 = {k_codes.data_ptr() % 4} and strides {k_codes.stride()}.")
 
