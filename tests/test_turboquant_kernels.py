@@ -222,3 +222,24 @@ def test_medium_and_large_grids_cap_registers_at_every_head_dim(head_dim):
     assert gpu_config(head_dim, "medium").num_warps == 4
     assert gpu_config(head_dim, "tiny").maxnreg is None and gpu_config(head_dim, "small").maxnreg is None
     assert gpu_config(head_dim, "small").num_warps == (2 if head_dim <= 128 else 4)
+
+
+GRID_CASES = {  # name: (B, H_kv, D, N): the default launch of the medium and large grids on a GPU of 132 SMs
+    "medium-d64": (9, 2, 64, 300), "medium-d128": (9, 2, 128, 300), "medium-d256": (9, 2, 256, 300),
+    "large-d64": (34, 4, 64, 300), "large-d128": (34, 4, 128, 300), "large-d256": (34, 4, 256, 300),
+}
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="the grid families and their register cap are GPU launches")
+@pytest.mark.parametrize("name", GRID_CASES)
+def test_default_launch_of_the_medium_and_large_grids_matches_reference_attention(name):
+    """The batches that reach the medium and large grids (batch >= 3 at 8 KV heads) run under their 168-register cap
+    at every head_dim; none of the cases above reaches them."""
+    from kernels.decode.launch import _sm_count, grid_size
+    batch, kv_heads, head_dim, n_hist = GRID_CASES[name]
+    sms = _sm_count(torch.cuda.current_device())
+    if grid_size(batch * kv_heads, sms, n_hist, 4) != name.split("-")[0]:
+        pytest.skip(f"this GPU's {sms} SMs put the case on another grid")
+    args, quantizer, history = make_inputs(batch, 4 * kv_heads, kv_heads, 1, head_dim, n_hist, 9, seed=batch)
+    out, ref = kernel_decode(args, quantizer), reference_decode(args, quantizer, history)
+    assert (out - ref).abs().max().item() < TOL
