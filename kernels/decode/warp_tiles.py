@@ -152,14 +152,8 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                     k = _half_field(packed, f, h, K_BITS, FP16, ASM)
                     if f == g * K_FIELDS + K_FIELDS - 1 and h == 0:
                         dots = tl.dot(k, q_t[f * KH + h])
-                    elif f == g * K_FIELDS + K_FIELDS - 1 and h == 1:
-                        dots1 = tl.dot(k, q_t[f * KH + h])
-                    elif h == 0:
-                        dots = tl.dot(k, q_t[f * KH + h], dots)                     # [WARPS, BLOCK_W, R]
                     else:
-                        dots1 = tl.dot(k, q_t[f * KH + h], dots1)
-            if KH == 2:
-                dots = dots + dots1
+                        dots = tl.dot(k, q_t[f * KH + h], dots)                     # [WARPS, BLOCK_W, R]
             s, z = _split_meta(k_meta[g])                                           # [WARPS, BLOCK_W]
             scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
             if g == 0:
