@@ -490,6 +490,8 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "bench_formats_turbo_keywords_h200.md", 40, "turboquant_k3v3 >= BF16 SDPA at 0 of 12 points"),
     ("bench_formats.py", ["bench_formats_turbo_keywords_launch_h200.json"], "bench_formats_turbo_keywords_h200.md", 30,
      "turboquant_k3v3 >= BF16 SDPA at 0 of 6 points"),
+    ("bench_formats.py", ["bench_formats_turbo_small_launch_h200.json"], "bench_formats_turbo_keywords_h200.md", 40,
+     "turboquant_k3v3 >= BF16 SDPA at 0 of 9 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
     """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids, and
