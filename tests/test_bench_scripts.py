@@ -490,6 +490,8 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "bench_formats_turbo_keywords_h200.md", 40, "turboquant_k3v3 >= BF16 SDPA at 0 of 12 points"),
     ("bench_formats.py", ["bench_formats_turbo_keywords_launch_h200.json"], "bench_formats_turbo_keywords_h200.md", 30,
      "turboquant_k3v3 >= BF16 SDPA at 0 of 6 points"),
+    ("bench_formats.py", "bench_formats_turbo_grid_h200_d{}.json", "bench_formats_turbo_grid_h200.md", 300,
+     "turboquant_k3v3 >= BF16 SDPA at 4 of 288 points"),
     ("bench_formats.py", ["bench_formats_turbo_small_launch_h200.json"], "bench_formats_turbo_keywords_h200.md", 40,
      "turboquant_k3v3 >= BF16 SDPA at 0 of 9 points"),
 ])
@@ -512,19 +514,21 @@ def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_li
 
 
 def test_known_limits_cite_the_merged_h200_grid_of_the_formats():
-    """docs/known_limits.md's counts of INT4 / KIVI-2 / KIVI-4 points below BF16 SDPA on the H200 are what
-    `bench_formats.py --grid-only --from-json` prints over results/bench/bench_formats_h200_grid.txt's runs (a later
-    run's row of a point replacing an earlier one): 288 grid points each, none typed apart from the rows."""
+    """docs/known_limits.md's counts of INT4 / KIVI-2 / KIVI-4 / TurboQuant K3V3 points below BF16 SDPA on the H200
+    are what `bench_formats.py --grid-only --from-json` prints over results/bench/bench_formats_h200_grid.txt's runs (a
+    later run's row of a point replacing an earlier one): 288 grid points each, none typed apart from the rows."""
     manifest = ROOT / "results" / "bench" / "bench_formats_h200_grid.txt"
     files = [line for line in manifest.read_text().splitlines() if line.strip() and not line.startswith("#")]
     proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--grid-only", "--from-json", *files], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = {fmt: int(at) for fmt, at in re.findall(r"^(\w+) >= BF16 SDPA at (\d+) of 288 points", proc.stdout, re.M)}
-    assert set(counts) == {"int4", "kivi2", "kivi4"}
+    formats = ("kivi2", "kivi4", "int4", "turboquant_k3v3")
+    assert set(counts) == set(formats)
     limits = " ".join((ROOT / "docs" / "known_limits.md").read_text().split())
-    below = re.search(r"KIVI-2 at (\d+) of the grid's 288 points on the H200, KIVI-4 at (\d+), INT4 at (\d+)", limits)
-    assert below and tuple(map(int, below.groups())) == tuple(288 - counts[f] for f in ("kivi2", "kivi4", "int4"))
+    below = re.search(r"KIVI-2 at (\d+) of the grid's 288 points on the H200, KIVI-4 at (\d+), INT4 at (\d+), "
+                      r"TurboQuant K3V3 at (\d+)", limits)
+    assert below and tuple(map(int, below.groups())) == tuple(288 - counts[f] for f in formats)
     proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--grid-only"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "--grid-only counts saved runs' targets" in proc.stderr
