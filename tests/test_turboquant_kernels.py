@@ -212,6 +212,31 @@ def test_short_histories_on_the_batch_1_2_grids_take_shorter_splits():
     assert gpu_config(128, "tiny", 704).num_warps == 2 and gpu_config(128, "large", 704).maxnreg == 168
 
 
+def test_batch_1_histories_of_4k_to_16k_keep_four_warps():
+    """The tiny grid takes four warps over more than 4,096 and at most 16,384 history tokens at head_dim 64 and 128,
+    two outside that window and on the small grid (results/bench/bench_formats_turbo_keywords_h200.md)."""
+    from kernels.turbo.decode import gpu_config
+    for head_dim in (64, 128):
+        assert [gpu_config(head_dim, "tiny", n).num_warps for n in (4096, 4097, 7872, 16384, 16385, 32448)] == \
+            [2, 4, 4, 4, 2, 2]
+        assert gpu_config(head_dim, "small", 7872).num_warps == 2 and gpu_config(head_dim, "tiny").num_warps == 2
+    assert gpu_config(128, "tiny", 7872).min_split_tiles == 2 and gpu_config(128, "tiny", 16064).min_split_tiles == 4
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="the tiny grid's launch is a GPU launch")
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_four_warp_launch_of_the_tiny_grid_matches_reference_attention(head_dim):
+    """Batch 1 over a 6k history (tiny grid, four warps, two-tile splits) against the reference."""
+    from kernels.decode.launch import _sm_count, grid_size
+    from kernels.turbo.decode import gpu_config
+    history = 6000
+    assert grid_size(2, _sm_count(torch.cuda.current_device()), history, 4) == "tiny"
+    assert gpu_config(head_dim, "tiny", history).num_warps == 4
+    args, quantizer, reference_history = make_inputs(1, 8, 2, 1, head_dim, history, 9, seed=head_dim)
+    out, ref = kernel_decode(args, quantizer), reference_decode(args, quantizer, reference_history)
+    assert (out - ref).abs().max().item() < TOL
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_medium_and_large_grids_cap_registers_at_every_head_dim(head_dim):
     """A 168-register cap on the medium and large grids at head_dim 64, 128 and 256 (H200 since the keys' aligned

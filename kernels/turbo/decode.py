@@ -27,6 +27,7 @@ from kernels.turbo.history import _turbo_warp_tiles
 from kernels.turbo.layout import TIGHT_BITS, part_shapes
 
 GPU_CONFIG = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=2, merge_block=64)
+TINY_FOUR_WARP_TOKENS = 4 * SHORT_HISTORY_TOKENS   # batch-1 histories up to which `gpu_config` keeps four warps
 
 
 def gpu_config(head_dim: int, grid: str, history_tokens: int | None = None) -> DecodeConfig:
@@ -39,15 +40,26 @@ def gpu_config(head_dim: int, grid: str, history_tokens: int | None = None) -> D
     0.393 ms and 32 / 100k from 4.51 to 4.26 ms at head_dim 128 (slower then at 64 and 256 and at batch 1); 256-token
     tiles and eight warps were slower or mixed. Since the keys' aligned word loads (H200, the same points,
     results/bench/bench_formats_turbo_keywords_h200.md) the cap also took head_dim 64 to 0.86-0.87x the time (batch 32
-    / 100k 3.530 -> 3.079 ms) and 256 to 0.97-0.98x; eight warps were 1.17-2.02x slower, no cap 1.13-1.14x at 128."""
+    / 100k 3.530 -> 3.079 ms) and 256 to 0.97-0.98x; eight warps were 1.17-2.02x slower, no cap 1.13-1.14x at 128.
+    On the tiny grid (batch 1) a history of more than SHORT_HISTORY_TOKENS and at most TINY_FOUR_WARP_TOKENS keeps
+    four warps (H200, group 4, `tiny_history_four_warps`)."""
     small = grid in ("tiny", "small")
     cfg = GPU_CONFIG
-    if small and head_dim <= 128:
+    if small and head_dim <= 128 and not tiny_history_four_warps(grid, history_tokens):
         cfg = replace(cfg, num_warps=2)
     elif not small:
         cfg = replace(cfg, maxnreg=168)
     tiles = short_history_split_tiles(grid, head_dim, history_tokens)
     return replace(cfg, min_split_tiles=tiles) if tiles else cfg
+
+
+def tiny_history_four_warps(grid: str, history_tokens: int | None) -> bool:
+    """Four warps instead of two on the tiny grid over more than SHORT_HISTORY_TOKENS and at most
+    TINY_FOUR_WARP_TOKENS history tokens. H200, group 4, batch 1 (results/bench/bench_formats_turbo_keywords_h200.md,
+    last two sections): 8k 0.87-0.92x the time in two calls, 16k 0.79-0.85x (head_dim 64: 0.038 -> 0.030 ms, 128:
+    0.040 -> 0.034); at 2k-4k 1.00-1.17x and at 32k 1.12-1.20x the time, where two warps stay."""
+    tokens = history_tokens or 0
+    return grid == "tiny" and SHORT_HISTORY_TOKENS < tokens <= TINY_FOUR_WARP_TOKENS
 
 
 def short_history_split_tiles(grid: str, head_dim: int, history_tokens: int | None) -> int | None:
