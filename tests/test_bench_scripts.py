@@ -492,6 +492,10 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      "turboquant_k3v3 >= BF16 SDPA at 0 of 6 points"),
     ("bench_formats.py", "bench_formats_turbo_grid_h200_d{}.json", "bench_formats_turbo_grid_h200.md", 300,
      "turboquant_k3v3 >= BF16 SDPA at 4 of 288 points"),
+    ("bench_formats.py", ["bench_formats_turbo_b1_warps_h200.json"], "bench_formats_turbo_keywords_h200.md", 30,
+     "turboquant_k3v3 >= BF16 SDPA at 0 of 8 points"),
+    ("bench_formats.py", ["bench_formats_turbo_b1_rule_h200.json"], "bench_formats_turbo_keywords_h200.md", 25,
+     "turboquant_k3v3 >= BF16 SDPA at 0 of 6 points"),
     ("bench_formats.py", ["bench_formats_turbo_small_launch_h200.json"], "bench_formats_turbo_keywords_h200.md", 40,
      "turboquant_k3v3 >= BF16 SDPA at 0 of 9 points"),
 ])

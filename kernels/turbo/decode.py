@@ -55,9 +55,10 @@ def gpu_config(head_dim: int, grid: str, history_tokens: int | None = None) -> D
 
 def tiny_history_four_warps(grid: str, history_tokens: int | None) -> bool:
     """Four warps instead of two on the tiny grid over more than SHORT_HISTORY_TOKENS and at most
-    TINY_FOUR_WARP_TOKENS history tokens. H200, group 4, batch 1 (results/bench/bench_formats_turbo_keywords_h200.md,
-    last two sections): 8k 0.87-0.92x the time in two calls, 16k 0.79-0.85x (head_dim 64: 0.038 -> 0.030 ms, 128:
-    0.040 -> 0.034); at 2k-4k 1.00-1.17x and at 32k 1.12-1.20x the time, where two warps stay."""
+    TINY_FOUR_WARP_TOKENS history tokens. H200, group 4, batch 1, head_dim 64 and 128
+    (results/bench/bench_formats_turbo_keywords_h200.md, last three sections): 8k 0.85-0.92x the time in three calls,
+    16k 0.79-0.85x in two (head_dim 64: 0.038 -> 0.030 ms, 128: 0.040 -> 0.034); at 2k-4k 1.02-1.09x and at 32k
+    1.12-1.20x the time, where two warps stay."""
     tokens = history_tokens or 0
     return grid == "tiny" and SHORT_HISTORY_TOKENS < tokens <= TINY_FOUR_WARP_TOKENS
 
