@@ -299,7 +299,7 @@ def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
     assert len(launches) == 24
     for (head_dim, group, grid), (maxnreg, registers, per128, spills) in launches.items():
         assert spills == 0 or maxnreg == "128", (head_dim, group, grid, spills)
-    assert launches[64, 4, "tiny"][1:] == (168, 714, 0)          # capped pair words: 6 programs per SM fit
+    assert launches[64, 4, "tiny"][1:] == (168, 702, 0)          # capped pair words: 6 programs per SM fit
     assert launches[128, 4, "large"][2] < 420 and launches[256, 4, "large"][2] < 710   # 570 / 990 as bytes
 
 
