@@ -217,24 +217,10 @@ def test_batch_1_histories_of_4k_to_16k_keep_four_warps():
     two outside that window and on the small grid (results/bench/bench_formats_turbo_keywords_h200.md)."""
     from kernels.turbo.decode import gpu_config
     for head_dim in (64, 128):
-        assert [gpu_config(head_dim, "tiny", n).num_warps for n in (4096, 4097, 7872, 16384, 16385, 32448)] == \
-            [2, 4, 4, 4, 2, 2]
+        assert [gpu_config(head_dim, "tiny", n).num_warps for n in (4096, 4097, 6000, 7872, 16384, 16385, 32448)] \
+            == [2, 4, 4, 4, 4, 2, 2]
         assert gpu_config(head_dim, "small", 7872).num_warps == 2 and gpu_config(head_dim, "tiny").num_warps == 2
     assert gpu_config(128, "tiny", 7872).min_split_tiles == 2 and gpu_config(128, "tiny", 16064).min_split_tiles == 4
-
-
-@pytest.mark.skipif(DEVICE == "cpu", reason="the tiny grid's launch is a GPU launch")
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_four_warp_launch_of_the_tiny_grid_matches_reference_attention(head_dim):
-    """Batch 1 over a 6k history (tiny grid, four warps, two-tile splits) against the reference."""
-    from kernels.decode.launch import _sm_count, grid_size
-    from kernels.turbo.decode import gpu_config
-    history = 6000
-    assert grid_size(2, _sm_count(torch.cuda.current_device()), history, 4) == "tiny"
-    assert gpu_config(head_dim, "tiny", history).num_warps == 4
-    args, quantizer, reference_history = make_inputs(1, 8, 2, 1, head_dim, history, 9, seed=head_dim)
-    out, ref = kernel_decode(args, quantizer), reference_decode(args, quantizer, reference_history)
-    assert (out - ref).abs().max().item() < TOL
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -249,22 +235,26 @@ def test_medium_and_large_grids_cap_registers_at_every_head_dim(head_dim):
     assert gpu_config(head_dim, "small").num_warps == (2 if head_dim <= 128 else 4)
 
 
-GRID_CASES = {  # name: (B, H_kv, D, N): the default launch of the medium and large grids on a GPU of 132 SMs
+GRID_CASES = {  # name: (B, H_kv, D, N): a grid family's default launch on a GPU of 132 SMs (H100, H200)
+    "tiny-d64-four-warps": (1, 2, 64, 6000), "tiny-d128-four-warps": (1, 2, 128, 6000),
     "medium-d64": (9, 2, 64, 300), "medium-d128": (9, 2, 128, 300), "medium-d256": (9, 2, 256, 300),
     "large-d64": (34, 4, 64, 300), "large-d128": (34, 4, 128, 300), "large-d256": (34, 4, 256, 300),
 }
 
 
-@pytest.mark.skipif(DEVICE == "cpu", reason="the grid families and their register cap are GPU launches")
+@pytest.mark.skipif(DEVICE == "cpu", reason="the grid families and their launches are GPU launches")
 @pytest.mark.parametrize("name", GRID_CASES)
-def test_default_launch_of_the_medium_and_large_grids_matches_reference_attention(name):
-    """The batches that reach the medium and large grids (batch >= 3 at 8 KV heads) run under their 168-register cap
-    at every head_dim; none of the cases above reaches them."""
+def test_default_launch_of_each_grid_family_matches_reference_attention(name):
+    """Launches none of the cases above reaches: batch 1 over a 6k history (the tiny grid's four warps and two-tile
+    splits, `tiny_history_four_warps`), and the medium and large grids (batch >= 3 at 8 KV heads) under their
+    168-register cap at every head_dim. On a GPU of 132 SMs each case must land on its named grid."""
     from kernels.decode.launch import _sm_count, grid_size
     batch, kv_heads, head_dim, n_hist = GRID_CASES[name]
     sms = _sm_count(torch.cuda.current_device())
-    if grid_size(batch * kv_heads, sms, n_hist, 4) != name.split("-")[0]:
+    grid = grid_size(batch * kv_heads, sms, n_hist, 4)
+    if sms != 132 and grid != name.split("-")[0]:
         pytest.skip(f"this GPU's {sms} SMs put the case on another grid")
-    args, quantizer, history = make_inputs(batch, 4 * kv_heads, kv_heads, 1, head_dim, n_hist, 9, seed=batch)
+    assert grid == name.split("-")[0]
+    args, quantizer, history = make_inputs(batch, 4 * kv_heads, kv_heads, 1, head_dim, n_hist, 9, seed=batch + head_dim)
     out, ref = kernel_decode(args, quantizer), reference_decode(args, quantizer, history)
     assert (out - ref).abs().max().item() < TOL
