@@ -299,7 +299,7 @@ def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
     assert len(launches) == 24
     for (head_dim, group, grid), (maxnreg, registers, per128, spills) in launches.items():
         assert spills == 0 or maxnreg == "128", (head_dim, group, grid, spills)
-    assert launches[64, 4, "tiny"][1:] == (168, 702, 0)          # capped pair words: 6 programs per SM fit
+    assert launches[64, 4, "tiny"][1:] == (168, 714, 0)          # capped pair words: 6 programs per SM fit
     assert launches[128, 4, "large"][2] < 420 and launches[256, 4, "large"][2] < 710   # 570 / 990 as bytes
 
 
@@ -662,6 +662,9 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                                                 "before", "--after", "words"]) for call in (1, 2, 4)]
     jobs.append((bench / "bench_formats_d64_cap.md", ["bench_formats_d64_cap_runs.json", "--call", "1", "--before",
                                                       "before", "--after", "head"]))
+    jobs += [(bench / f"bench_kernel_{name}_h200.md", [f"bench_kernel_{name}_h200_runs.json", "--call", "1",
+                                                       "--before", "base", "--after", "new"])
+             for name in ("score_chains", "tiny_fold")]
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
              (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",

@@ -25,15 +25,6 @@ def _softmax_step(qk, m_i, l_i):
 
 
 @triton.jit
-def _tiny_fold(dots, q_sum, s, z):
-    """Scores of FIELD_TINY key dots (2^-24 * q.c): s * (q.c - z * sum(q)) = (s * 2^24) * (dots - (z / 2^24) * sum(q)),
-    broadcast over dots' shape. The power-of-two factors move onto the per-token scale and zero: one multiply per
-    element fewer than scaling the dots, equal in exact arithmetic (fp32 results differ at most by where the
-    compiler fuses a multiply-add)."""
-    return (dots - q_sum * (z * (1.0 / TINY_SCALE))) * (s * TINY_SCALE)
-
-
-@triton.jit
 def _split_bounds(lo, hi, split, n_splits, BLOCK: tl.constexpr):
     """[start, end) of this split of [lo, hi), in whole tiles of BLOCK tokens."""
     per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), n_splits), BLOCK) * BLOCK

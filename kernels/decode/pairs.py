@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import _tiny_fold
+from kernels.decode.common import TINY_SCALE
 from kernels.decode.packed import _query_fields
 from kernels.decode.warp_tiles import _empty_streams, _half_field, _key_halves, _query_half, _store_warp_streams, \
     _warp_softmax_step
@@ -59,8 +59,9 @@ def _fold_key_meta(qk, q_sum2, meta, R: tl.constexpr):
     meets the dot's result directly and no [W, PR, 2R] tensor changes layout."""
     s_e, z_e, s_o, z_o = meta
     odd = (tl.arange(0, 2 * R) >= R)[None, None, :]                                  # [1, 1, 2R]
+    base = qk * TINY_SCALE
     q_sum2 = q_sum2[None, None, :]
-    return tl.where(odd, _tiny_fold(qk, q_sum2, s_o, z_o), _tiny_fold(qk, q_sum2, s_e, z_e))
+    return tl.where(odd, (base - q_sum2 * z_o) * s_o, (base - q_sum2 * z_e) * s_e)
 
 
 @triton.jit

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse, _tiny_fold
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
 from kernels.decode.packed import _field, _load_token_meta, _query_fields, _split_meta
 
 HALF_WORD_ROWS = 32       # row blocks of >= this many bytes load as 16-bit words (`_value_tiles`)
@@ -155,7 +155,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                     else:
                         dots = tl.dot(k, q_t[f * KH + h], dots)                     # [WARPS, BLOCK_W, R]
             s, z = _split_meta(k_meta[g])                                           # [WARPS, BLOCK_W]
-            scores = _tiny_fold(dots, q_sums[g][None, None, :], s[:, :, None], z[:, :, None])
+            scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
             if g == 0:
                 qk = scores
             else:
