@@ -682,6 +682,26 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
     assert proc.returncode != 0 and "no call 3" in proc.stderr
 
 
+def test_turbo_profile_table_quotes_its_nsight_reports():
+    """results/bench/ncu_h200_decode_turbo_profiles.md's table is the three committed Nsight Compute reports' lines:
+    each cell (column = report) is the last field of a line of its report that names the row's metric."""
+    bench = ROOT / "results" / "bench"
+    reports = [(bench / name).read_text() for name in ("ncu_h200_decode_int2_b32_100k_beside_turbo.txt",
+                                                       "ncu_h200_decode_turbo_b32_100k.txt",
+                                                       "ncu_h200_decode_turbo_b1_100k.txt")]
+    table = [line.split("|")[1:-1] for line in (bench / "ncu_h200_decode_turbo_profiles.md").read_text().splitlines()
+             if line.startswith("| ") and not line.startswith("| line ")]
+    assert len(table) == 15
+    for name, *cells in table:
+        for cell, report in zip(cells, reports, strict=True):
+            if name.strip() == "grid x block":
+                grid, block = cell.strip().split(" x ")
+                assert f"{grid}x({block}, 1, 1)" in report, cell
+                continue
+            metric, value = name.strip().removesuffix(" per issue"), cell.split()[0]
+            assert any(line.split()[-1] == value for line in report.splitlines() if metric in line), (name, cell)
+
+
 def test_bench_gemv_shapes_come_from_the_model_configs():
     """scripts/dev/bench_gemv.py times the step's fused projections: derived from bench_throughput's configs, the
     Qwen3-4B shapes of results/bench/bench_gemv.md."""
