@@ -702,6 +702,29 @@ def test_turbo_profile_table_quotes_its_nsight_reports():
             assert any(line.split()[-1] == value for line in report.splitlines() if metric in line), (name, cell)
 
 
+def test_target_status_rebuilds_the_known_limits_tables():
+    """docs/known_limits.md's target tables are scripts/target_status.py's output for the commands it quotes (each run
+    from the doc's own text), and the script refuses runs of two GPUs counted together."""
+    import re
+    import shlex
+    text = (ROOT / "docs" / "known_limits.md").read_text()
+    commands = re.findall(r"`(python scripts/target_status\.py [^`]+)`", text)
+    assert len(commands) == 2
+    for command in commands:
+        proc = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = proc.stdout.strip().splitlines()
+        assert len(lines) == 12 and all(line in text for line in lines), lines
+    assert "| 233 of 288 points (55 below, 47 of them at 1k) | no |" in text
+    bench = ROOT / "results" / "bench"
+    mixed = [sys.executable, "scripts/target_status.py", "--grid", str(bench / "bench_kernel_grid_final_d64.json"),
+             "--write", str(bench / "bench_kernels_write_final_runs.json"), "--write-tree", "new",
+             "--throughput", str(bench / "bench_throughput_h200_55c8058_4b.json")]
+    proc = subprocess.run(mixed, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "come from different GPUs" in proc.stderr
+
+
 def test_bench_gemv_shapes_come_from_the_model_configs():
     """scripts/dev/bench_gemv.py times the step's fused projections: derived from bench_throughput's configs, the
     Qwen3-4B shapes of results/bench/bench_gemv.md."""
