@@ -112,14 +112,22 @@ def bf16_status(pairs: list[tuple[dict, dict]]) -> str:
     return "/".join(sorted({b.get("status", "missing") for _, b in pairs if "peak_gb" not in b}))
 
 
-def read_write(path: str, tree: str | None) -> list[dict]:
-    """bench_kernels.py payloads of --write: the file itself, or its `tree` runs of a compare_runs file."""
+def read_json(path: str, flag: str, keys: set[str]) -> dict:
+    """One JSON object with `keys`, or a one-sentence refusal naming the flag and the file."""
     try:
         payload = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"--write: {path} is not a readable JSON file ({exc.__class__.__name__}).") from None
+        raise SystemExit(f"{flag}: {path} is not a readable JSON file ({exc.__class__.__name__}).") from None
+    if not isinstance(payload, dict) or not keys <= payload.keys():
+        raise SystemExit(f"{flag}: {path} is not a run of the script {flag} takes (it needs {sorted(keys)}).")
+    return payload
+
+
+def read_write(path: str, tree: str | None) -> list[dict]:
+    """bench_kernels.py payloads of --write: the file itself, or its `tree` runs of a compare_runs file."""
+    payload = read_json(path, "--write", set())
     if "runs" not in payload:
-        return [payload]
+        return [read_json(path, "--write", {"device", "date", "write"})]
     if tree is None:
         raise SystemExit(f"--write: {path} holds runs of several trees; name one with --write-tree.")
     runs = [r["payload"] for r in payload["runs"] if r["tree"] == tree]
@@ -134,7 +142,7 @@ def status(grid: list[str], write: str, write_tree: str | None, throughput: list
     grid_runs = read_runs(grid, "--grid", "int2_ms")
     one_device(grid_runs, "--grid")
     writes = read_write(write, write_tree)
-    loads = [json.loads(Path(p).read_text()) for p in throughput]
+    loads = [read_json(p, "--throughput", {"device", "date", "model", "rows"}) for p in throughput]
     devices = sorted({p["device"] for p in grid_runs + writes + loads})
     if len(devices) > 1:
         raise SystemExit(f"these runs come from different GPUs ({', '.join(devices)}); give one GPU's runs.")

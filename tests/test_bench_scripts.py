@@ -704,7 +704,7 @@ def test_turbo_profile_table_quotes_its_nsight_reports():
 
 def test_target_status_rebuilds_the_known_limits_tables():
     """docs/known_limits.md's target tables are scripts/target_status.py's output for the commands it quotes (each run
-    from the doc's own text), and the script refuses runs of two GPUs counted together."""
+    from the doc's own text), and the script refuses runs of two GPUs counted together and a missing file."""
     import re
     import shlex
     text = (ROOT / "docs" / "known_limits.md").read_text()
@@ -723,6 +723,9 @@ def test_target_status_rebuilds_the_known_limits_tables():
              "--throughput", str(bench / "bench_throughput_h200_55c8058_4b.json")]
     proc = subprocess.run(mixed, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "come from different GPUs" in proc.stderr
+    proc = subprocess.run(mixed[:-1] + [str(bench / "missing.json")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "missing.json is not a readable JSON file" in proc.stderr
 
 
 def test_bench_gemv_shapes_come_from_the_model_configs():
