@@ -82,9 +82,19 @@ def test_bf16_fp_segment_without_left_padding():
     assert (decode_attention(*args, **kw) - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
-def test_empty_history_is_plain_causal_attention():
-    args, kw = make_inputs(1, 4, 2, 3, 64, 0, 11, INT2[64], INT2[64])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_empty_history_is_plain_causal_attention(head_dim):
+    """No history split: stage 1 compiled without the history loops at head_dim 64, with them at 128."""
+    args, kw = make_inputs(1, 4, 2, 3, head_dim, 0, 11, INT2[head_dim], INT2[head_dim])
     assert (decode_attention(*args, **kw) - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_only_head_dim_64_drops_the_history_loops_without_history():
+    """`compiles_history`: HISTORY=False only for calls without history splits at head_dim 64 (measured faster
+    there, slower or equal at 128 and 256)."""
+    from kernels.decode.launch import compiles_history
+    assert not compiles_history(0, 64)
+    assert compiles_history(1, 64) and compiles_history(0, 128) and compiles_history(0, 256)
 
 
 def test_split_count_does_not_change_the_result():

@@ -5,6 +5,8 @@
     python scripts/dev/compare_runs.py results/bench/bench_throughput_words_runs.json --throughput
     python scripts/dev/compare_runs.py results/bench/bench_kernels_write_epilogue_runs.json --write \
         --before base --after new
+    python scripts/dev/compare_runs.py results/bench/bench_kernel_fp_only_h200_runs.json --grid \
+        --before base --after new
 
 bench_formats.py runs: the file holds {"calls": [{"call": n, "trees": {...}, "runs": [{"tree": label, "round": r,
 "payload": <bench_formats.py JSON>}]}]}; for each point and format the table gives both trees' mean time over the
@@ -12,7 +14,9 @@ call's rounds (each round's times in brackets), the after tree's share of the co
 SDPA (SDPA timed in the same run), and after / before. --throughput: the file holds {"runs": [{"tree", "round",
 "payload": <bench_throughput.py JSON>}]}; every row and same-budget row of every run, in run order. --write: the
 file holds {"runs": [{"tree", "round", "payload": <bench_kernels.py JSON>}]}; for each write-path row both trees'
-times by round, the after tree's share of the copy bandwidth (mean) and after / before (means).
+times by round, the after tree's share of the copy bandwidth (mean) and after / before (means). --grid: the file
+holds {"runs": [{"tree", "round", "payload": <bench_kernel_grid.py JSON>}]}; for each point SDPA's time (after tree)
+and both trees' BF16-kernel and INT2 times (means over rounds) with after / before.
 """
 from __future__ import annotations
 
@@ -85,23 +89,47 @@ def write_table(runs: list[dict], before: str, after: str) -> list[str]:
     return lines
 
 
+GRID_CALLS = ("bf16_kernel", "int2")
+
+
+def grid_table(runs: list[dict], before: str, after: str) -> list[str]:
+    """One line per bench_kernel_grid.py point in both trees' runs: SDPA (after), then per call before / after."""
+    found = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for row in run["payload"]["rows"]:
+            found[row["head_dim"], row["group"], row["batch"], row["ctx"]][run["tree"]].append(row)
+    header = " | ".join(f"{c} {before} us | {c} {after} us | {c} {after} / {before}" for c in GRID_CALLS)
+    lines = [f"| head_dim | group | batch | ctx | SDPA us | {header} |", "|" + "---|" * (5 + 3 * len(GRID_CALLS))]
+    for point, by_tree in sorted(found.items()):
+        if before not in by_tree or after not in by_tree:
+            continue
+        cells = [f"{statistics.mean(r['sdpa_ms'] for r in by_tree[after]) * 1e3:.1f}"]
+        for call in GRID_CALLS:
+            b, a = (statistics.mean(r[f"{call}_ms"] for r in by_tree[t]) for t in (before, after))
+            cells += [f"{b * 1e3:.1f}", f"{a * 1e3:.1f}", f"{a / b:.2f}"]
+        lines.append(f"| {' | '.join(map(str, point))} | {' | '.join(cells)} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
     parser.add_argument("--call", type=int, help="bench_formats runs: the call to tabulate")
-    parser.add_argument("--before", help="bench_formats and --write runs: the tree label of the baseline")
-    parser.add_argument("--after", help="bench_formats and --write runs: the tree label compared with it")
+    parser.add_argument("--before", help="bench_formats, --write and --grid runs: the tree label of the baseline")
+    parser.add_argument("--after", help="bench_formats, --write and --grid runs: the tree label compared with it")
     parser.add_argument("--throughput", action="store_true", help="the file holds bench_throughput.py runs")
     parser.add_argument("--write", action="store_true", help="the file holds bench_kernels.py runs (write path)")
+    parser.add_argument("--grid", action="store_true", help="the file holds bench_kernel_grid.py runs")
     args = parser.parse_args()
     data = json.loads(args.runs.read_text())
     if args.throughput:
         print("\n".join(throughput_table(data["runs"])))
         return
-    if args.write:
+    if args.write or args.grid:
         if not args.before or not args.after:
-            parser.error("--write needs --before and --after.")
-        print("\n".join(write_table(data["runs"], args.before, args.after)))
+            parser.error("--write and --grid need --before and --after.")
+        tabulate = write_table if args.write else grid_table
+        print("\n".join(tabulate(data["runs"], args.before, args.after)))
         return
     if args.call is None or not args.before or not args.after:
         parser.error("bench_formats runs need --call, --before and --after.")

@@ -12,6 +12,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py --launches         # INT2's launch per grid, head_dim and 8 / 16 query rows
     python scripts/dev/decode_sass.py --launches --layout kivi4   # the same for KIVI-4's launch (kivi2: KIVI-2's)
     python scripts/dev/decode_sass.py --launches --no-cap --layout kivi4   # each of those launches without maxnreg
+    python scripts/dev/decode_sass.py --launches --fp-only   # and each launch's registers without the history loops
     python scripts/dev/decode_sass.py --wide-head-groups  # head_dim 256, one or two groups a row, 8- / 16-row programs
 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
@@ -127,9 +128,11 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: int | None = None):
+def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: int | None = None,
+                   history: bool = True):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch (warp-tile programs of
-    `_warp_rows(cfg, rows)` query rows; WARP_TILE_ROWS without rows)."""
+    `_warp_rows(cfg, rows)` query rows; WARP_TILE_ROWS without rows); history=False: a call without history splits
+    (HISTORY, `kernels.decode.launch.compiles_history`)."""
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
     block_r = (_warp_rows(cfg, rows) if rows else WARP_TILE_ROWS) if warp_tiles else ROW_BLOCK
@@ -140,7 +143,7 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
                       and cfg.block_n // (2 * cfg.num_warps) >= 16,   # as `uses_token_pairs`
                       PAIR_WORDS=uses_pair_words(cfg, block_r), WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
-                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl)
+                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
@@ -236,10 +239,11 @@ def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
 
 
 def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None = None,
-                uncapped: bool = False) -> list[str]:
+                uncapped: bool = False, fp_only: bool = False) -> list[str]:
     """Markdown rows of INT2's launch (kivi_bits: KIVI's, per-channel keys in 32-token groups and per-token value
     groups of 32 at that many bits) on every grid: registers, loop instructions per 128 tokens, loop spills;
-    uncapped: each launch without its register cap (maxnreg)."""
+    uncapped: each launch without its register cap (maxnreg); fp_only: also the registers of the same launch
+    compiled for a call without history splits (HISTORY=False)."""
     lines = []
     for d in head_dims:
         k_spec, v_spec = kivi_specs(kivi_bits) if kivi_bits else (QuantSpec(bits=BITS, group=d),) * 2
@@ -248,8 +252,9 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None 
             for grid in GRIDS:
                 cfg = launch_config(d, True, grid, k_spec, v_spec, group)
                 cfg = replace(cfg, maxnreg=None) if uncapped else cfg
+                fp = f" {registers(compile_stage1(cfg, layout, group, history=False).asm['cubin'])} |" if fp_only else ""
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
-                             f"{cfg.warp_rows} | {cfg.asm_unpack} | {loop_counts(cfg, layout, group)} |")
+                             f"{cfg.warp_rows} | {cfg.asm_unpack} | {loop_counts(cfg, layout, group)} |{fp}")
     return lines
 
 
@@ -293,6 +298,8 @@ def main() -> None:
     parser.add_argument("--launches", action="store_true",
                         help="INT2's launch (a kivi --layout: KIVI's) per grid, head_dim and rows; stop")
     parser.add_argument("--no-cap", action="store_true", help="with --launches: each launch without its register cap")
+    parser.add_argument("--fp-only", action="store_true",
+                        help="with --launches: also each launch's registers without the history loops (HISTORY=False)")
     parser.add_argument("--wide-head-groups", action="store_true",
                         help="head_dim 256 with one or two groups a row, 8- and 16-row programs; stop")
     args = parser.parse_args()
@@ -303,8 +310,9 @@ def main() -> None:
         return
     if args.launches:
         kivi_bits = layout.bits if layout.k_channel else None
+        fp = ["registers without history (HISTORY=False)"] if args.fp_only else []
         print_table(["head_dim", "GQA", "grid", "tokens / tile", "warps", "maxnreg", "warp_rows", "asm_unpack",
-                     *counts], launch_rows(kivi_bits=kivi_bits, uncapped=args.no_cap))
+                     *counts, *fp], launch_rows(kivi_bits=kivi_bits, uncapped=args.no_cap, fp_only=args.fp_only))
         return
     if args.single_launch:
         for grid in ("small", "large"):
