@@ -33,21 +33,19 @@ def _decode_stage1_kernel(
         gdc_launch_dependents()
     split, b, h, rows, row_ok, q_rows, slot = _program_rows(kv_heads, q_tokens, n_rows, n_hist_splits + n_fp_splits,
                                                            stride_qb, stride_qh, stride_qt, GROUP, BLOCK_R)
-    if HISTORY:                                          # a call with history splits (else: fp splits only,
-        if split < n_hist_splits:                        # compiled without the history loops and their registers)
-            _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist_len_ptr, hist_start_ptr,
-                             part_o_ptr, part_lse_ptr, qk_scale, split, n_hist_splits, b, h, q_rows, row_ok, slot,
-                             stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
-                             stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
-                             D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, WARP_TILES, TOKEN_PAIRS,
-                             PAIR_WORDS, WARPS, BLOCK_N, FP16, ASM_UNPACK)
-        else:
-            _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
-                        split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
-                        part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
+    in_history = False                                   # without HISTORY (a call with fp splits only) the history
+    if HISTORY:                                          # loops and their registers are not compiled
+        in_history = split < n_hist_splits
+    if in_history:
+        _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist_len_ptr, hist_start_ptr,
+                         part_o_ptr, part_lse_ptr, qk_scale, split, n_hist_splits, b, h, q_rows, row_ok, slot,
+                         stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
+                         stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
+                         D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, WARP_TILES, TOKEN_PAIRS,
+                         PAIR_WORDS, WARPS, BLOCK_N, FP16, ASM_UNPACK)
     else:
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
-                    split, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
+                    split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
                     part_o_ptr, part_lse_ptr, slot, D, BLOCK_F, FP16)
     if SINGLE_LAUNCH:
         _merge_if_last(counter_ptr, part_o_ptr, part_lse_ptr, out_ptr, rows, row_ok, n_hist_splits + n_fp_splits,
