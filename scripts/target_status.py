@@ -8,9 +8,10 @@
 
 --grid: bench_kernel_grid.py runs (each point counted once, the last file's row: `newest_rows`); --write: a
 bench_kernels.py run, or a compare_runs.py --write file ({"runs": [{"tree", "round", "payload"}]}) whose
---write-tree runs are averaged (rows named --write-row, by default "int2 clip+rot"); --throughput: bench_throughput.py runs (one model each). Every figure is read from
-those rows; the table says, per target, what was measured and whether it meets the target. docs/known_limits.md
-quotes this table for the H200 (a test rebuilds it).
+--write-tree runs are averaged (rows named --write-row, by default "int2 clip+rot"); --throughput:
+bench_throughput.py runs (one model each). Every figure is read from those rows; the table says, per target, what
+was measured and whether it meets the target. docs/known_limits.md quotes this table for the H200 and the H100 (a
+test rebuilds both).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_kernel_grid import newest_rows, one_device, read_runs  # noqa: E402
+from bench_kernel_grid import newest_rows, read_runs  # noqa: E402
 
 BF16_ENGINE = "bf16+graph+compile"      # BF16 on the same engine as OSCAR (bench_throughput's fair baseline)
 CLIP_ROTATION = "int2 clip+rot"         # bench_kernels.py's write row with OSCAR's clip and rotation (--write-row)
@@ -94,22 +95,25 @@ def throughput_rows(run: dict) -> list[tuple[str, str, str]]:
         out.append((f"same-budget throughput >= 5x BF16 on the same engine ({model})",
                     f"{top[ratio_key]:.2f}x ({top['quantizer']} batch {top['batch']} against batch {base['batch']}, "
                     f"{run['budget_gb']:g} GB)", _met(top[ratio_key] >= 5)))
-    bf16 = {r["batch"]: r for r in rows if r["quantizer"] == BF16_ENGINE}
-    pairs = [(r, bf16[r["batch"]]) for r in oscar if r["batch"] in bf16 and "peak_gb" in r]
-    within = [r for r, b in pairs if "peak_gb" not in b or r["peak_gb"] <= b["peak_gb"]]
-    ratios = [r["peak_gb"] / b["peak_gb"] for r, b in pairs if "peak_gb" in b]
-    oom = sum("peak_gb" not in b for _, b in pairs)
-    batches = ", ".join(str(b) for b in sorted({r["batch"] for r, _ in pairs}))
-    out.append((f"OSCAR peak memory <= BF16's ({model}, batch {batches})",
-                f"{len(within)} of {len(pairs)} OSCAR rows (largest OSCAR / BF16: {max(ratios):.2f}"
-                + (f"; BF16 status={bf16_status(pairs)} in {oom}" if oom else "") + ")",
-                _met(len(within) == len(pairs))))
+    out.append(memory_row(model, oscar, {r["batch"]: r for r in rows if r["quantizer"] == BF16_ENGINE}))
     return out
 
 
-def bf16_status(pairs: list[tuple[dict, dict]]) -> str:
-    """The status of BF16 rows without a peak (a cell that did not fit: status=oom)."""
-    return "/".join(sorted({b.get("status", "missing") for _, b in pairs if "peak_gb" not in b}))
+def memory_row(model: str, oscar: list[dict], bf16: dict[int, dict]) -> tuple[str, str, str]:
+    """OSCAR's peak memory against BF16's at each batch both were run at. A row without a peak did not fit
+    (status=oom): an OSCAR one misses the target, a BF16 one leaves OSCAR's row within it."""
+    pairs = [(r, bf16[r["batch"]]) for r in oscar if r["batch"] in bf16]
+    within = [r for r, b in pairs if "peak_gb" in r and ("peak_gb" not in b or r["peak_gb"] <= b["peak_gb"])]
+    ratios = [r["peak_gb"] / b["peak_gb"] for r, b in pairs if "peak_gb" in r and "peak_gb" in b]
+    batches = ", ".join(str(b) for b in sorted({r["batch"] for r, _ in pairs}))
+    notes = [f"largest OSCAR / BF16: {max(ratios):.2f}"] if ratios else []
+    for name, unfit in (("OSCAR", [r for r, _ in pairs if "peak_gb" not in r]),
+                        ("BF16", [b for _, b in pairs if "peak_gb" not in b])):
+        if unfit:
+            notes.append(f"{name} status={'/'.join(sorted({r.get('status', 'missing') for r in unfit}))} "
+                         f"in {len(unfit)}")
+    return (f"OSCAR peak memory <= BF16's ({model}, batch {batches})",
+            f"{len(within)} of {len(pairs)} OSCAR rows ({'; '.join(notes)})", _met(len(within) == len(pairs)))
 
 
 def read_json(path: str, flag: str, keys: set[str]) -> dict:
@@ -127,7 +131,9 @@ def read_write(path: str, tree: str | None) -> list[dict]:
     """bench_kernels.py payloads of --write: the file itself, or its `tree` runs of a compare_runs file."""
     payload = read_json(path, "--write", set())
     if "runs" not in payload:
-        return [read_json(path, "--write", {"device", "date", "write"})]
+        if not {"device", "date", "write"} <= payload.keys():
+            raise SystemExit(f"--write: {path} is neither a bench_kernels.py run nor a compare_runs.py --write file.")
+        return [payload]
     if tree is None:
         raise SystemExit(f"--write: {path} holds runs of several trees; name one with --write-tree.")
     runs = [r["payload"] for r in payload["runs"] if r["tree"] == tree]
@@ -140,7 +146,6 @@ def status(grid: list[str], write: str, write_tree: str | None, throughput: list
            write_name: str = CLIP_ROTATION) -> str:
     """The table of every target over those runs, with the GPU and dates it was measured on."""
     grid_runs = read_runs(grid, "--grid", "int2_ms")
-    one_device(grid_runs, "--grid")
     writes = read_write(write, write_tree)
     loads = [read_json(p, "--throughput", {"device", "date", "model", "rows"}) for p in throughput]
     devices = sorted({p["device"] for p in grid_runs + writes + loads})

@@ -730,6 +730,20 @@ def test_target_status_rebuilds_the_known_limits_tables():
     assert proc.returncode != 0 and "missing.json is not a readable JSON file" in proc.stderr
 
 
+def test_target_status_counts_an_oscar_cell_that_did_not_fit_as_missing_the_memory_target(monkeypatch):
+    """`memory_row`: a BF16 cell that did not fit leaves OSCAR's row within the target; an OSCAR cell that did not fit
+    (no peak, status=oom) misses it, where BF16 fit."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from target_status import memory_row
+    oscar = [{"batch": 1, "peak_gb": 10.0}, {"batch": 4, "status": "oom"}]
+    bf16 = {1: {"batch": 1, "peak_gb": 20.0}, 4: {"batch": 4, "peak_gb": 70.0}}
+    target, measured, met = memory_row("m", oscar, bf16)
+    assert met == "no" and measured == "1 of 2 OSCAR rows (largest OSCAR / BF16: 0.50; OSCAR status=oom in 1)"
+    bf16[4] = {"batch": 4, "status": "oom"}
+    _, measured, met = memory_row("m", oscar[:1] + [{"batch": 4, "peak_gb": 30.0}], bf16)
+    assert met == "yes" and measured.endswith("(largest OSCAR / BF16: 0.50; BF16 status=oom in 1)")
+
+
 def test_bench_gemv_shapes_come_from_the_model_configs():
     """scripts/dev/bench_gemv.py times the step's fused projections: derived from bench_throughput's configs, the
     Qwen3-4B shapes of results/bench/bench_gemv.md."""
