@@ -737,7 +737,7 @@ def test_target_status_counts_an_oscar_cell_that_did_not_fit_as_missing_the_memo
     from target_status import memory_row
     oscar = [{"batch": 1, "peak_gb": 10.0}, {"batch": 4, "status": "oom"}]
     bf16 = {1: {"batch": 1, "peak_gb": 20.0}, 4: {"batch": 4, "peak_gb": 70.0}}
-    target, measured, met = memory_row("m", oscar, bf16)
+    _, measured, met = memory_row("m", oscar, bf16)
     assert met == "no" and measured == "1 of 2 OSCAR rows (largest OSCAR / BF16: 0.50; OSCAR status=oom in 1)"
     bf16[4] = {"batch": 4, "status": "oom"}
     _, measured, met = memory_row("m", oscar[:1] + [{"batch": 4, "peak_gb": 30.0}], bf16)
