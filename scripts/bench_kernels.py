@@ -184,9 +184,10 @@ def bf16_kernel_args(batch: int, ctx: int, shape: AttnShape) -> tuple:
     return (q, *no_history * 2, fp_k, fp_v, hist_len, fp_len, starts, starts), spec
 
 
-def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape):
+def bf16_kernel_call(batch: int, ctx: int, shape: AttnShape, cfg: DecodeConfig | None = None):
+    """A zero-argument BF16 decode call on the harness kernel (`bf16_kernel_args`), on its default launch or `cfg`."""
     args, spec = bf16_kernel_args(batch, ctx, shape)
-    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
+    return lambda: decode_attention(*args, sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec, config=cfg)
 
 
 def bf16_bytes(batch: int, ctx: int, shape: AttnShape = QWEN3_8B) -> int:

@@ -90,11 +90,14 @@ def test_empty_history_is_plain_causal_attention(head_dim):
 
 
 def test_only_head_dim_64_drops_the_history_loops_without_history():
-    """`compiles_history`: HISTORY=False only for calls without history splits at head_dim 64 (measured faster
-    there; mixed at 128, 0.80-1.23x; equal at 256)."""
-    from kernels.decode.launch import compiles_history
-    assert not compiles_history(0, 64)
-    assert compiles_history(1, 64) and compiles_history(0, 128) and compiles_history(0, 256)
+    """`fp_only_launch` / `compiles_history`: HISTORY=False only for calls without packed history at head_dim 64
+    (measured faster there; mixed at 128, 0.80-1.23x; equal at 256), never for a call with history splits."""
+    from kernels.decode.launch import compiles_history, default_launch
+    launches = {d: default_launch(d, INT2[d], INT2[d], 4, 8, 132, 0) for d in (64, 128, 256)}
+    assert not compiles_history(0, launches[64])
+    assert compiles_history(1, launches[64]) and compiles_history(0, launches[128]) and \
+        compiles_history(0, launches[256])
+    assert compiles_history(0, default_launch(64, INT2[64], INT2[64], 4, 8, 132, 1024))
 
 
 def test_split_count_does_not_change_the_result():

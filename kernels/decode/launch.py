@@ -40,6 +40,8 @@ class DecodeConfig:
     single_launch: bool = False  # the last stage-1 program of each row block merges the splits (merge.py's
                                  # `_merge_if_last`): one launch per call; on the H100 no faster at batch 1 / 1k
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
+    history_loops: bool = True  # False: a call without history splits compiles stage 1 without the history loops
+                                # (its HISTORY constexpr; `compiles_history`, `fp_only_launch`)
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -54,7 +56,7 @@ SHORT_KIVI_EIGHT_ROW_TOKENS = 2048  # packed tokens up to which KIVI at head_dim
 SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
 FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to this many (`merge_launch`)
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
-FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without history splits compile stage 1 without the history loops
+FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compile stage 1 without the history loops
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -387,7 +389,19 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
                                   history_tokens)
     cfg = short_history_eight_rows(cfg, grid, head_dim, rows, history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
-    return eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    return fp_only_launch(cfg, head_dim) if history_tokens == 0 else cfg
+
+
+def fp_only_launch(cfg: DecodeConfig, head_dim: int) -> DecodeConfig:
+    """cfg for a call without packed history (BF16 on the harness's engine, `bf16+graph`: the whole context in the fp
+    segment; a prompt within the sink and recent window): at a head_dim of FP_ONLY_HEAD_DIMS stage 1 is compiled
+    without the history loops, so its fp programs no longer hold their registers (head_dim 64: 64-144 instead of
+    128-255 per launch, `python scripts/dev/decode_sass.py --launches --fp-only`). H200, the BF16 kernel at batch
+    1-32, 1k and 8k, groups 4 and 16 (results/bench/bench_kernel_fp_only_h200.md, one round): head_dim 64 0.75-1.00x
+    the time (group 16 at batch 8-32 0.75-0.79x); head_dim 128 0.80-1.23x (group 4 at batch 32 1.17-1.23x) and 256
+    0.98-1.03x, so those keep the history loops."""
+    return replace(cfg, history_loops=head_dim not in FP_ONLY_HEAD_DIMS)
 
 
 @lru_cache(maxsize=None)
@@ -623,15 +637,11 @@ def merge_launch(merge_block: int, n_splits: int, head_dim: int, merge_rows: int
     return block_s, max(1, min(4, block_s * head_dim // 512))
 
 
-def compiles_history(hist_splits: int, head_dim: int) -> bool:
-    """Whether stage 1 is compiled with the history loops (its HISTORY constexpr). A call without history splits
-    (the BF16 engine's calls; a prompt within the sink and recent window) at a head_dim of FP_ONLY_HEAD_DIMS is
-    compiled without them, so its fp-segment programs no longer hold the history loops' registers (head_dim 64: 64-144
-    instead of 128-255 per launch, `python scripts/dev/decode_sass.py --launches --fp-only`). H200, the BF16 kernel
-    at batch 1-32, 1k and 8k, groups 4 and 16 (results/bench/bench_kernel_fp_only_h200.md, one round): head_dim 64
-    0.75-1.00x the time (group 16 at batch 8-32 0.75-0.79x); head_dim 128 0.80-1.23x (group 4 at batch 32 1.17-1.23x)
-    and 256 0.98-1.03x, so those keep the history loops."""
-    return hist_splits > 0 or head_dim not in FP_ONLY_HEAD_DIMS
+def compiles_history(hist_splits: int, cfg: DecodeConfig) -> bool:
+    """Whether stage 1 is compiled with the history loops (its HISTORY constexpr): always for a call with history
+    splits, and for one without them unless its launch drops the loops (`DecodeConfig.history_loops`, set by
+    `fp_only_launch`)."""
+    return hist_splits > 0 or cfg.history_loops
 
 
 def uses_pdl(cfg: DecodeConfig, device: torch.device, on_gpu: bool) -> bool:
@@ -688,7 +698,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
-            HISTORY=compiles_history(hist_splits, head_dim), num_warps=cfg.num_warps,
+            HISTORY=compiles_history(hist_splits, cfg), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,

@@ -38,8 +38,12 @@ checks each variant against the reference (a wrong unpack shows as a large error
         # more than 8 rows at batch 9-16: the default's two-warp 128-token programs against the large grid's tile
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 26:102400,20:102400,32:102400 --grid waves
         # split density at large batches: does a filled last wave of programs pay? (results/bench/sweep_decode_waves.md)
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 1:8192,32:102400 --grid fp_only --fp-only
+        # BF16 on the harness's kernel (no packed history, `bf16+graph`'s calls): the history loops compiled out
+        # (history_loops), fp-segment tile, warps, depth, split density
 
-Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows must beat.
+Each point starts with a BF16 SDPA row (torch, same shape, same timing), the baseline the INT2 rows (with --fp-only:
+the BF16-kernel rows) must beat.
 
 A variant that fails to compile or launch (e.g. too much shared memory) is printed with its error.
 """
@@ -55,11 +59,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, copy_bandwidth,  # noqa: E402
-                           decode_call, decode_inputs, graph_ms, int_spec, point_launch, sdpa_call)
+from bench_kernels import (KV_HEADS, AttnShape, _decode_bytes, bf16_bytes, bf16_kernel_args,  # noqa: E402
+                           bf16_kernel_call, copy_bandwidth, decode_call, decode_inputs, graph_ms, int_spec,
+                           point_launch, sdpa_call)
 from harness.cli_args import batch_ctx_points, positive_int  # noqa: E402
 from kernels.decode import GRIDS as LAUNCH_GRIDS  # noqa: E402
-from kernels.decode import DecodeConfig, decode_attention, default_config  # noqa: E402
+from kernels.decode import DecodeConfig, decode_attention, default_config, default_launch  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
 
 SHAPES = [(8, 32768), (32, 102400), (1, 131072)]
@@ -136,27 +141,49 @@ GRIDS = {
     "waves": [{}, {"programs_per_sm": 4}, {"programs_per_sm": 6}, {"programs_per_sm": 10}, {"programs_per_sm": 12},
               {"programs_per_sm": 16}, {"programs_per_sm": 20}, {"programs_per_sm": 24}, {"programs_per_sm": 32},
               {"programs_per_sm": 40}],
+    "fp_only": [{}, {"history_loops": False}, {"block_f": 64}, {"history_loops": False, "block_f": 64},
+                {"history_loops": False, "block_f": 128}, {"history_loops": False, "block_f": 64, "num_warps": 8},
+                {"history_loops": False, "block_f": 128, "num_warps": 8},
+                {"history_loops": False, "block_f": 64, "num_stages": 4},
+                {"history_loops": False, "block_f": 64, "programs_per_sm": 16},
+                {"history_loops": False, "block_f": 64, "num_warps": 2},
+                {"history_loops": False, "block_f": 64, "maxnreg": None}],
 }
 
 
-def check(cfg: DecodeConfig, shape: AttnShape) -> float:
-    """Relative error against the reference at a small shape (a register cap must not change results)."""
-    args, spec, _ = decode_inputs(2, 4096, 2, shape)
+def check(cfg: DecodeConfig, shape: AttnShape, fp_only: bool = False) -> float:
+    """Relative error against the reference at a small shape (a register cap must not change results); fp_only: the
+    BF16 kernel's inputs (no packed history)."""
+    if fp_only:
+        args, spec = bf16_kernel_args(2, 4096, shape)
+    else:
+        args, spec, _ = decode_inputs(2, 4096, 2, shape)
     kw = dict(sm_scale=shape.head_dim ** -0.5, k_spec=spec, v_spec=spec)
     out = decode_attention(*args, **kw, config=cfg).float()
     ref = decode_attention_reference(*args, **kw).float()
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float) -> str:
-    """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it)."""
+def fp_only_point_launch(batch: int, shape: AttnShape) -> DecodeConfig:
+    """The launch a BF16 call on the harness kernel (no packed history) takes by default on GPU 0."""
+    spec = int_spec(2, shape.head_dim)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return default_launch(shape.head_dim, spec, spec, shape.rows, batch * shape.kv_heads, sms, 0)
+
+
+def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, fp_only: bool = False) -> str:
+    """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it); fp_only: the BF16
+    kernel's call (`bench_kernels.bf16_kernel_call`) instead of INT2's."""
     spec = int_spec(2, shape.head_dim)                              # decode_inputs' INT2 format
-    cfg = replace(point_launch(batch, ctx, shape, spec, spec), **change)
+    default = fp_only_point_launch(batch, shape) if fp_only else point_launch(batch, ctx, shape, spec, spec)
+    cfg = replace(default, **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
-    nbytes = _decode_bytes(batch, ctx, 2, shape)
+    nbytes = bf16_bytes(batch, ctx, shape) if fp_only else _decode_bytes(batch, ctx, 2, shape)
+    make_call = (lambda _: bf16_kernel_call(batch, ctx, shape, cfg)) if fp_only else \
+        (lambda _: decode_call(batch, ctx, 2, cfg, shape))
     try:
-        err = check(cfg, shape)
-        ms = graph_ms(lambda _: decode_call(batch, ctx, 2, cfg, shape), nbytes)
+        err = check(cfg, shape, fp_only)
+        ms = graph_ms(make_call, nbytes)
     except Exception as exc:                                   # noqa: BLE001 (a variant may not compile)
         torch.cuda.empty_cache()
         return f"| {batch} | {ctx} | {label} | failed: {str(exc).splitlines()[0][:80]} | | | |"
@@ -178,6 +205,8 @@ def main() -> None:
     parser.add_argument("--group", type=positive_int, default=4, help="query heads per KV head")
     parser.add_argument("--points", type=batch_ctx_points, default=SHAPES, help="batch:ctx,...")
     parser.add_argument("--grid", default="default", choices=sorted(GRIDS))
+    parser.add_argument("--fp-only", action="store_true",
+                        help="time BF16 on the harness kernel (every row in the fp segment) instead of INT2")
     args = parser.parse_args()
     shape = AttnShape(args.group * KV_HEADS, KV_HEADS, args.head_dim)
     copy_tbs = copy_bandwidth()
@@ -188,7 +217,7 @@ def main() -> None:
     for batch, ctx in args.points:
         print(sdpa_row(batch, ctx, shape, copy_tbs), flush=True)
         for change in GRIDS[args.grid]:
-            print(sweep_row(batch, ctx, change, shape, copy_tbs), flush=True)
+            print(sweep_row(batch, ctx, change, shape, copy_tbs, args.fp_only), flush=True)
 
 
 if __name__ == "__main__":
