@@ -100,6 +100,18 @@ def test_only_head_dim_64_drops_the_history_loops_without_history():
     assert compiles_history(0, default_launch(64, INT2[64], INT2[64], 4, 8, 132, 1024))
 
 
+def test_calls_without_history_take_longer_fp_tiles_on_the_large_grid():
+    """`fp_only_launch`: on the large grid a call without packed history reads 128-token fp tiles at head_dim 64 and
+    64-token ones at 128 with more than 8 rows; INT2's calls, the small grid and head_dim 256 keep 32 or their own."""
+    from kernels.decode.launch import default_launch
+    def launch(d, rows, units, history):
+        return default_launch(d, INT2[d], INT2[d], rows, units, 132, history)
+    assert launch(64, 4, 64, 0).block_f == 128 and launch(64, 16, 256, 0).block_f == 128
+    assert launch(128, 16, 64, 0).block_f == 64 and launch(128, 4, 64, 0).block_f == 32
+    assert launch(256, 16, 64, 0).block_f == 32 and launch(64, 4, 64, 4096).block_f == 32
+    assert launch(64, 4, 8, 0).block_f == launch(64, 4, 8, 4096).block_f == 64       # small grid (batch 1)
+
+
 def test_split_count_does_not_change_the_result():
     args, kw = make_inputs(1, 2, 1, 1, 64, 300, 6, INT4[64], INT4[64], seed=1)
     one, many = decode_attention(*args, **kw, num_splits=1), decode_attention(*args, **kw, num_splits=5)

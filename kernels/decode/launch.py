@@ -57,6 +57,7 @@ SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below on
 FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to this many (`merge_launch`)
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
 FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compile stage 1 without the history loops
+FP_ONLY_LARGE_TILE = {64: 128, 128: 64}  # fp-segment tokens per tile of such calls on the large grid (`fp_only_launch`)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -390,18 +391,31 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = short_history_eight_rows(cfg, grid, head_dim, rows, history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
-    return fp_only_launch(cfg, head_dim) if history_tokens == 0 else cfg
+    return fp_only_launch(cfg, head_dim, rows, grid) if history_tokens == 0 else cfg
 
 
-def fp_only_launch(cfg: DecodeConfig, head_dim: int) -> DecodeConfig:
+def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str) -> DecodeConfig:
     """cfg for a call without packed history (BF16 on the harness's engine, `bf16+graph`: the whole context in the fp
-    segment; a prompt within the sink and recent window): at a head_dim of FP_ONLY_HEAD_DIMS stage 1 is compiled
-    without the history loops, so its fp programs no longer hold their registers (head_dim 64: 64-144 instead of
-    128-255 per launch, `python scripts/dev/decode_sass.py --launches --fp-only`). H200, the BF16 kernel at batch
-    1-32, 1k and 8k, groups 4 and 16 (results/bench/bench_kernel_fp_only_h200.md, one round): head_dim 64 0.75-1.00x
-    the time (group 16 at batch 8-32 0.75-0.79x); head_dim 128 0.80-1.23x (group 4 at batch 32 1.17-1.23x) and 256
-    0.98-1.03x, so those keep the history loops."""
-    return replace(cfg, history_loops=head_dim not in FP_ONLY_HEAD_DIMS)
+    segment; a prompt within the sink and recent window) on the `grid` family:
+
+    At a head_dim of FP_ONLY_HEAD_DIMS stage 1 is compiled without the history loops, so its fp programs no longer
+    hold their registers (head_dim 64: 64-144 instead of 128-255 per launch, `python scripts/dev/decode_sass.py
+    --launches --fp-only`). H200, the BF16 kernel at batch 1-32, 1k and 8k, groups 4 and 16
+    (results/bench/bench_kernel_fp_only_h200.md, one round): head_dim 64 0.75-1.00x the time (group 16 at batch 8-32
+    0.75-0.79x); head_dim 128 0.80-1.23x (group 4 at batch 32 1.17-1.23x) and 256 0.98-1.03x, so those keep the
+    history loops.
+
+    On the large grid (batch >= 3 at 8 KV heads) the fp-segment tile of INT2's launches (32 tokens, set for its 320
+    sink + recent rows) is short for a whole context: FP_ONLY_LARGE_TILE tokens at head_dim 64, and at 128 with more
+    than WARP_TILE_ROWS rows. H200 sweep (results/bench/sweep_fp_only_h200.md): head_dim 64 at batch 8 / 32k 0.172
+    -> 0.146-0.149 ms (SDPA 0.137-0.138), batch 32 / 100k 1.51-1.60 -> 1.51-1.52 ms; head_dim 128 / group 16 at
+    batch 8 / 32k 0.306 -> 0.279 ms, batch 32 / 100k 3.147 -> 2.996 ms; head_dim 128 with 4 rows and head_dim 256
+    were fastest on their defaults."""
+    cfg = replace(cfg, history_loops=head_dim not in FP_ONLY_HEAD_DIMS)
+    tile = FP_ONLY_LARGE_TILE.get(head_dim, 0)
+    if grid != "large" or not tile or (head_dim == 128 and rows <= WARP_TILE_ROWS):
+        return cfg
+    return replace(cfg, block_f=tile)
 
 
 @lru_cache(maxsize=None)
