@@ -665,8 +665,8 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
     jobs += [(bench / f"bench_kernel_{name}_h200.md", [f"bench_kernel_{name}_h200_runs.json", "--call", "1",
                                                        "--before", "base", "--after", "new"])
              for name in ("score_chains", "tiny_fold")]
-    jobs.append((bench / "bench_kernel_fp_only_h200.md", ["bench_kernel_fp_only_h200_runs.json", "--grid", "--before",
-                                                          "base", "--after", "new"]))
+    jobs += [(bench / f"bench_kernel_{name}_h200.md", [f"bench_kernel_{name}_h200_runs.json", "--grid", "--before",
+                                                       "base", "--after", "new"]) for name in ("fp_only", "fp_tiles")]
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
              (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",

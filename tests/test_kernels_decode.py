@@ -101,13 +101,15 @@ def test_only_head_dim_64_drops_the_history_loops_without_history():
 
 
 def test_calls_without_history_take_longer_fp_tiles_on_the_large_grid():
-    """`fp_only_launch`: on the large grid a call without packed history reads 128-token fp tiles at head_dim 64 and
-    64-token ones at 128 with more than 8 rows; INT2's calls, the small grid and head_dim 256 keep 32 or their own."""
-    from kernels.decode.launch import default_launch
-    def launch(d, rows, units, history):
-        return default_launch(d, INT2[d], INT2[d], rows, units, 132, history)
+    """`fp_only_launch`: on the large grid a call without packed history reads 128-token fp tiles at head_dim 64 beyond
+    4k fp rows and 64-token ones at 128 with more than 8 rows; shorter segments, INT2's calls, the small grid and head_dim
+    256 keep 32 or their own."""
+    from kernels.decode.launch import SHORT_HISTORY_TOKENS, default_launch
+    def launch(d, rows, units, history, fp_rows=8192):
+        return default_launch(d, INT2[d], INT2[d], rows, units, 132, history, fp_rows)
     assert launch(64, 4, 64, 0).block_f == 128 and launch(64, 16, 256, 0).block_f == 128
-    assert launch(128, 16, 64, 0).block_f == 64 and launch(128, 4, 64, 0).block_f == 32
+    assert launch(64, 4, 64, 0, SHORT_HISTORY_TOKENS).block_f == 32 and launch(64, 4, 64, 0, 0).block_f == 32
+    assert launch(128, 16, 64, 0, 1024).block_f == 64 and launch(128, 4, 64, 0).block_f == 32
     assert launch(256, 16, 64, 0).block_f == 32 and launch(64, 4, 64, 4096).block_f == 32
     assert launch(64, 4, 8, 0).block_f == launch(64, 4, 8, 4096).block_f == 64       # small grid (batch 1)
 

@@ -380,23 +380,23 @@ def short_history_eight_rows(cfg: DecodeConfig, grid: str, head_dim: int, rows: 
 
 
 def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: int, units: int, sms: int,
-                   history_tokens: int) -> DecodeConfig:
+                   history_tokens: int, fp_tokens: int = 0) -> DecodeConfig:
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
-    pairs of `rows` query rows over `history_tokens` packed tokens: the family by `launch_grid`, its launch by
-    `launch_config`, then `short_history_row_major`, `short_history_eight_rows`, `short_history_two_warps` and
-    `eight_row_programs`."""
+    pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
+    `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
+    `short_history_two_warps` and `eight_row_programs`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
     cfg = short_history_eight_rows(cfg, grid, head_dim, rows, history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
-    return fp_only_launch(cfg, head_dim, rows, grid) if history_tokens == 0 else cfg
+    return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens) if history_tokens == 0 else cfg
 
 
-def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str) -> DecodeConfig:
+def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str, fp_tokens: int) -> DecodeConfig:
     """cfg for a call without packed history (BF16 on the harness's engine, `bf16+graph`: the whole context in the fp
-    segment; a prompt within the sink and recent window) on the `grid` family:
+    segment of `fp_tokens` rows; a prompt within the sink and recent window) on the `grid` family:
 
     At a head_dim of FP_ONLY_HEAD_DIMS stage 1 is compiled without the history loops, so its fp programs no longer
     hold their registers (head_dim 64: 64-144 instead of 128-255 per launch, `python scripts/dev/decode_sass.py
@@ -406,16 +406,16 @@ def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str) -> De
     history loops.
 
     On the large grid (batch >= 3 at 8 KV heads) the fp-segment tile of INT2's launches (32 tokens, set for its 320
-    sink + recent rows) is short for a whole context: FP_ONLY_LARGE_TILE tokens at head_dim 64, and at 128 with more
-    than WARP_TILE_ROWS rows. H200 sweep (results/bench/sweep_fp_only_h200.md): head_dim 64 at batch 8 / 32k 0.172
-    -> 0.146-0.149 ms (SDPA 0.137-0.138), batch 32 / 100k 1.51-1.60 -> 1.51-1.52 ms; head_dim 128 / group 16 at
-    batch 8 / 32k 0.306 -> 0.279 ms, batch 32 / 100k 3.147 -> 2.996 ms; head_dim 128 with 4 rows and head_dim 256
-    were fastest on their defaults."""
+    sink + recent rows) is short for a whole context: FP_ONLY_LARGE_TILE tokens at head_dim 64 beyond
+    SHORT_HISTORY_TOKENS rows, and at 128 with more than WARP_TILE_ROWS rows. H200, batch 3-32 at 1k-100k, alternating
+    with the 32-token tile (results/bench/bench_kernel_fp_tiles_h200.md): head_dim 64 from 8k 0.82-1.00x the time
+    (batch 8 / 100k 482.0 -> 396.8 us, SDPA 377.6) except group 16 at batch 3 / 100k (1.05x), at 1k 1.02-1.16x (so
+    not there); head_dim 128 / group 16 0.74-0.97x everywhere. Head_dim 128 with 4 rows and 256 were fastest on their
+    defaults (sweep: results/bench/sweep_fp_only_h200.md)."""
     cfg = replace(cfg, history_loops=head_dim not in FP_ONLY_HEAD_DIMS)
     tile = FP_ONLY_LARGE_TILE.get(head_dim, 0)
-    if grid != "large" or not tile or (head_dim == 128 and rows <= WARP_TILE_ROWS):
-        return cfg
-    return replace(cfg, block_f=tile)
+    wanted = fp_tokens > SHORT_HISTORY_TOKENS if head_dim == 64 else rows > WARP_TILE_ROWS
+    return replace(cfg, block_f=tile) if grid == "large" and tile and wanted else cfg
 
 
 @lru_cache(maxsize=None)
@@ -689,7 +689,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
         cfg = config
     elif on_gpu:
         cfg = default_launch(head_dim, k_spec, v_spec, group * q_tokens, batch * kv_heads,
-                             _sm_count(q.device.index or 0), k_codes.shape[2])
+                             _sm_count(q.device.index or 0), k_codes.shape[2], fp_k.shape[2])
     else:
         cfg = launch_config(head_dim, False, "large", k_spec, v_spec, group * q_tokens)
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)

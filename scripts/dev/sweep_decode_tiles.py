@@ -164,18 +164,18 @@ def check(cfg: DecodeConfig, shape: AttnShape, fp_only: bool = False) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def fp_only_point_launch(batch: int, shape: AttnShape) -> DecodeConfig:
-    """The launch a BF16 call on the harness kernel (no packed history) takes by default on GPU 0."""
+def fp_only_point_launch(batch: int, ctx: int, shape: AttnShape) -> DecodeConfig:
+    """The launch a BF16 call on the harness kernel (no packed history, ctx fp rows) takes by default on GPU 0."""
     spec = int_spec(2, shape.head_dim)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return default_launch(shape.head_dim, spec, spec, shape.rows, batch * shape.kv_heads, sms, 0)
+    return default_launch(shape.head_dim, spec, spec, shape.rows, batch * shape.kv_heads, sms, 0, ctx)
 
 
 def sweep_row(batch: int, ctx: int, change: dict, shape: AttnShape, copy_tbs: float, fp_only: bool = False) -> str:
     """One Markdown row: the variant's time, bandwidth and error (or the error that stopped it); fp_only: the BF16
     kernel's call (`bench_kernels.bf16_kernel_call`) instead of INT2's."""
     spec = int_spec(2, shape.head_dim)                              # decode_inputs' INT2 format
-    default = fp_only_point_launch(batch, shape) if fp_only else point_launch(batch, ctx, shape, spec, spec)
+    default = fp_only_point_launch(batch, ctx, shape) if fp_only else point_launch(batch, ctx, shape, spec, spec)
     cfg = replace(default, **change)
     label = ", ".join(f"{k}={v}" for k, v in change.items()) or "(default)"
     nbytes = bf16_bytes(batch, ctx, shape) if fp_only else _decode_bytes(batch, ctx, 2, shape)
