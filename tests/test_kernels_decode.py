@@ -101,10 +101,11 @@ def test_only_head_dim_64_drops_the_history_loops_without_history():
 
 
 def test_calls_without_history_take_longer_fp_tiles_on_the_large_grid():
-    """`fp_only_launch`: on the large grid a call without packed history reads 128-token fp tiles at head_dim 64 beyond
-    4k fp rows and 64-token ones at 128 with more than 8 rows; shorter segments, INT2's calls, the small grid and head_dim
-    256 keep 32 or their own."""
+    """`fp_only_launch`: on the large grid a call without packed history reads 128-token fp tiles at head_dim 64
+    beyond 4k fp rows and 64-token ones at 128 with more than 8 rows; shorter segments, INT2's calls, the small grid
+    and head_dim 256 keep 32 or their own."""
     from kernels.decode.launch import SHORT_HISTORY_TOKENS, default_launch
+
     def launch(d, rows, units, history, fp_rows=8192):
         return default_launch(d, INT2[d], INT2[d], rows, units, 132, history, fp_rows)
     assert launch(64, 4, 64, 0).block_f == 128 and launch(64, 16, 256, 0).block_f == 128
@@ -112,6 +113,14 @@ def test_calls_without_history_take_longer_fp_tiles_on_the_large_grid():
     assert launch(128, 16, 64, 0, 1024).block_f == 64 and launch(128, 4, 64, 0).block_f == 32
     assert launch(256, 16, 64, 0).block_f == 32 and launch(64, 4, 64, 4096).block_f == 32
     assert launch(64, 4, 8, 0).block_f == launch(64, 4, 8, 4096).block_f == 64       # small grid (batch 1)
+
+
+@pytest.mark.parametrize("head_dim, q_heads, fp_rows", [(64, 4, 4200), (128, 16, 300)])
+def test_fp_only_tiles_match_the_reference(head_dim, q_heads, fp_rows):
+    """A call without packed history on `fp_only_launch`'s longer fp tiles (the interpreter takes them too: 128 tokens
+    at head_dim 64 beyond 4k rows, 64 at 128 with 16 rows), causal over 2 new tokens, against the reference."""
+    args, kw = make_inputs(1, q_heads, 1, 2, head_dim, 0, fp_rows, INT2[head_dim], INT2[head_dim])
+    assert (decode_attention(*args, **kw) - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
 def test_split_count_does_not_change_the_result():

@@ -692,6 +692,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
                              _sm_count(q.device.index or 0), k_codes.shape[2], fp_k.shape[2])
     else:
         cfg = launch_config(head_dim, False, "large", k_spec, v_spec, group * q_tokens)
+        if k_codes.shape[2] == 0:               # the interpreter takes the GPU's choices for calls without history
+            cfg = fp_only_launch(cfg, head_dim, group * q_tokens, "large", fp_k.shape[2])
     warp_tiles = uses_warp_tiles(cfg, k_spec, v_spec, head_dim)
     token_pairs = uses_token_pairs(cfg, k_codes, v_codes, k_spec, v_spec, head_dim)
     row_block = _warp_rows(cfg, group * q_tokens) if warp_tiles else ROW_BLOCK
