@@ -413,9 +413,9 @@ def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str, fp_to
     not there); head_dim 128 / group 16 0.74-0.97x everywhere. Head_dim 128 with 4 rows and 256 were fastest on their
     defaults (sweep: results/bench/sweep_fp_only_h200.md)."""
     cfg = replace(cfg, history_loops=head_dim not in FP_ONLY_HEAD_DIMS)
-    tile = FP_ONLY_LARGE_TILE.get(head_dim, 0)
-    wanted = fp_tokens > SHORT_HISTORY_TOKENS if head_dim == 64 else rows > WARP_TILE_ROWS
-    return replace(cfg, block_f=tile) if grid == "large" and tile and wanted else cfg
+    long_narrow = head_dim == 64 and fp_tokens > SHORT_HISTORY_TOKENS
+    wide_rows = head_dim == 128 and rows > WARP_TILE_ROWS
+    return replace(cfg, block_f=FP_ONLY_LARGE_TILE[head_dim]) if grid == "large" and (long_narrow or wide_rows) else cfg
 
 
 @lru_cache(maxsize=None)
