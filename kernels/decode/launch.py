@@ -58,6 +58,7 @@ FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to thi
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
 FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compile stage 1 without the history loops
 FP_ONLY_LARGE_TILE = {64: 128, 128: 64}  # fp-segment tokens per tile of such calls on the large grid (`fp_only_launch`)
+LARGE_BATCH_SPLITS = 3  # splits per unit aimed at once B * H_kv passes the SMs (`_split_target`)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -425,10 +426,13 @@ def _sm_count(device_index: int) -> int:
 
 def _split_target(cfg: DecodeConfig, units: int, device: torch.device) -> int:
     """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs
-    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes)."""
+    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes), and never fewer than
+    LARGE_BATCH_SPLITS per unit there: beyond about 264 units on an H200 (batch 34 at 8 KV heads) half as deep meant
+    one or two long splits per unit, and a last wave of programs left mostly empty."""
     sms = _sm_count(device.index or 0)
-    per_sm = cfg.programs_per_sm if units < sms else max(1, cfg.programs_per_sm // 2)
-    return per_sm * sms
+    if units < sms:
+        return cfg.programs_per_sm * sms
+    return max(max(1, cfg.programs_per_sm // 2) * sms, LARGE_BATCH_SPLITS * units)
 
 
 def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int,
