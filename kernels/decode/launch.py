@@ -58,7 +58,8 @@ FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to thi
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
 FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compile stage 1 without the history loops
 FP_ONLY_LARGE_TILE = {64: 128, 128: 64}  # fp-segment tokens per tile of such calls on the large grid (`fp_only_launch`)
-LARGE_BATCH_SPLITS = 3  # splits per unit aimed at once B * H_kv passes the SMs (`_split_target`)
+LARGE_BATCH_SPLIT_TOKENS = 49152  # once B * H_kv passes the SMs, a unit's context tokens per split at most
+                                  # (`_split_target`)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -424,15 +425,16 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _split_target(cfg: DecodeConfig, units: int, device: torch.device) -> int:
+def _split_target(cfg: DecodeConfig, units: int, tokens: int, device: torch.device) -> int:
     """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs
-    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes), and never fewer than
-    LARGE_BATCH_SPLITS per unit there: beyond about 264 units on an H200 (batch 34 at 8 KV heads) half as deep meant
-    one or two long splits per unit, and a last wave of programs left mostly empty."""
+    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes), but with splits of at most
+    LARGE_BATCH_SPLIT_TOKENS of a unit's `tokens` (its history and fp rows) there: half as deep left one split per
+    unit from about 264 units on an H200 (batch 34 at 8 KV heads), and at 100k one 100k-token program per unit left
+    the last wave of programs mostly empty (H200, results/bench/bench_kernel_large_batch_splits_h200.md)."""
     sms = _sm_count(device.index or 0)
     if units < sms:
         return cfg.programs_per_sm * sms
-    return max(max(1, cfg.programs_per_sm // 2) * sms, LARGE_BATCH_SPLITS * units)
+    return max(max(1, cfg.programs_per_sm // 2) * sms, units * triton.cdiv(tokens, LARGE_BATCH_SPLIT_TOKENS))
 
 
 def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int,
@@ -615,7 +617,7 @@ def run_split_k(q, kv_heads: int, n_hist: int, n_fp: int, cfg: DecodeConfig, on_
     """
     batch, q_heads, q_tokens, head_dim = q.shape
     units, n_rows = batch * kv_heads, (q_heads // kv_heads) * q_tokens
-    target = _split_target(cfg, units, q.device) if on_gpu else 1
+    target = _split_target(cfg, units, n_hist + n_fp, q.device) if on_gpu else 1
     hist_splits = num_splits if num_splits is not None and n_hist else \
         _num_splits(units, n_hist, cfg.block_n, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
     fp_splits = _num_splits(units, n_fp, cfg.block_f, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
