@@ -686,9 +686,9 @@ def test_mid_length_histories_balance_split_count_against_the_merge():
 
 
 def test_large_batches_keep_splits_under_the_token_bound(monkeypatch):
-    """Once B * H_kv passes the SMs the target halves, but no split holds more than LARGE_BATCH_SPLIT_TOKENS of a
+    """Where the halved target would leave one split per unit, no split holds more than LARGE_BATCH_SPLIT_TOKENS of a
     unit's context (results/bench/bench_kernel_large_batch_splits_h200.md): batch 110 x 8 KV heads at 100k splits 3
-    ways, not 1; at 32k, or below the SMs, the plan is the one before."""
+    ways, not 1; at 32k, with fewer units (two splits) or below the SMs, the plan is the one before."""
     from kernels.decode import launch
     monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
     cfg, gpu = default_config(64, on_gpu=True, grid="large"), torch.device("cuda", 0)
@@ -696,8 +696,8 @@ def test_large_batches_keep_splits_under_the_token_bound(monkeypatch):
     def splits(units: int, tokens: int) -> int:
         target = launch._split_target(cfg, units, tokens, gpu)
         return launch._num_splits(units, tokens - 320, cfg.block_n, target, cfg.min_split_tiles)
-    assert splits(880, 102400) == 3 and splits(384, 102400) == 3       # were 1 and 2
-    assert splits(880, 32768) == 1 and splits(384, 32768) == 2         # 32k: unchanged
+    assert splits(880, 102400) == 3 and splits(880, 65536) == 2       # were 1
+    assert splits(880, 32768) == 1 and splits(384, 102400) == 2       # unchanged
     assert launch._split_target(cfg, 64, 102400, gpu) == cfg.programs_per_sm * 132
 
 

@@ -58,8 +58,8 @@ FITTED_MERGE_SPLITS = 8  # stage 2's tile holds just the call's splits up to thi
 WIDE_HEAD_FITTED_MERGE_ROWS = 1024  # head_dim 256: the same only from this many merged rows (B * H_q * T_q)
 FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compile stage 1 without the history loops
 FP_ONLY_LARGE_TILE = {64: 128, 128: 64}  # fp-segment tokens per tile of such calls on the large grid (`fp_only_launch`)
-LARGE_BATCH_SPLIT_TOKENS = 49152  # once B * H_kv passes the SMs, a unit's context tokens per split at most
-                                  # (`_split_target`)
+LARGE_BATCH_SPLIT_TOKENS = 49152  # a unit's context tokens per split at most where the target would leave one
+                                  # split per unit (`_split_target`)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -426,15 +426,17 @@ def _sm_count(device_index: int) -> int:
 
 
 def _split_target(cfg: DecodeConfig, units: int, tokens: int, device: torch.device) -> int:
-    """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs
-    (measured on an H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes), but with splits of at most
-    LARGE_BATCH_SPLIT_TOKENS of a unit's `tokens` (its history and fp rows) there: half as deep left one split per
-    unit from about 264 units on an H200 (batch 34 at 8 KV heads), and at 100k one 100k-token program per unit left
-    the last wave of programs mostly empty (H200, results/bench/bench_kernel_large_batch_splits_h200.md)."""
+    """Programs to aim for: deep splitting for small batches, half as deep once B*H_kv fills the SMs (measured on an
+    H100: 8/SM is best at batch 1-8, 4/SM at batch 32, Qwen3-8B shapes). Where half as deep would leave one split per
+    unit (from 528 units on an H200: batch 66 at 8 KV heads), splits of at most LARGE_BATCH_SPLIT_TOKENS of a unit's
+    `tokens` (history and fp rows) instead: at batch 110 / 100k three splits took 0.91-0.95x the time of one (H200,
+    results/bench/bench_kernel_large_batch_splits_h200.md); from two splits to three was no faster (batch 48-64 /
+    100k: 0.99-1.04x the time), so fewer units keep their plan."""
     sms = _sm_count(device.index or 0)
     if units < sms:
         return cfg.programs_per_sm * sms
-    return max(max(1, cfg.programs_per_sm // 2) * sms, units * triton.cdiv(tokens, LARGE_BATCH_SPLIT_TOKENS))
+    halved = max(1, cfg.programs_per_sm // 2) * sms
+    return halved if units < halved else units * triton.cdiv(tokens, LARGE_BATCH_SPLIT_TOKENS)
 
 
 def _num_splits(units: int, tokens: int, block: int, target_programs: int, min_tiles: int,
