@@ -672,6 +672,8 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                        after]) for after in ("s3", "s6")]
     jobs.append((splits, ["bench_kernel_large_batch_splits_h200_call2_runs.json", "--grid", "--before", "base",
                           "--after", "new"]))
+    jobs.append((splits, ["bench_kernel_large_batch_splits_h200_formats_runs.json", "--call", "1", "--before", "base",
+                          "--after", "new"]))
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
              (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",
