@@ -2,6 +2,8 @@
 
     python scripts/bench_throughput.py                          # Qwen3-4B shapes, ctx 32k/100k, batch 1/8 + same budget
     python scripts/bench_throughput.py --model qwen3_8b --ctx 100000 --batch 1 --budget-gb 70
+    python scripts/bench_throughput.py --model llama32_1b --ctx 102400 --batch 1,4 \
+        --quantizers bf16,bf16+graph+compile,oscar:model+graph+compile --same-budget-cap 256   # head_dim 64
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
     python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one (steady) decode step's time goes
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
