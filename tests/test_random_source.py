@@ -36,6 +36,15 @@ def test_shape_files_give_the_paper_models(model):
     assert sum(params.values()) == pytest.approx(PAPER_PARAMS[model], rel=0.01)
 
 
+def test_speed_only_shape_file_gives_llama_3_2_1b():
+    """configs/model/shapes/llama32_1b.json (bench_throughput's head_dim-64 model, no model config): 1.24e9 parameters
+    (tied embeddings counted once), 32 query / 8 KV heads of 64."""
+    config = shape_config(CONFIGS / "model" / "shapes" / "llama32_1b.json")
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (32, 8, 64)
+    params = {id(p): p.numel() for p in meta_model(config, torch.bfloat16).parameters()}
+    assert sum(params.values()) == pytest.approx(1.236e9, rel=0.01)
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "llama", "gemma3"])
 def test_materialized_buffers_match_a_normal_build(arch):
     config = tiny_config(arch, 100)
