@@ -24,7 +24,7 @@ class DecodeConfig:
     block_f: int = 64         # fp-segment tokens per tile
     num_warps: int = 4
     num_stages: int = 3
-    programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it for larger batches)
+    programs_per_sm: int = 8  # split target when B*H_kv < #SMs (half of it beyond, or the token bound: `_split_target`)
     min_split_tiles: int = 4  # never split below this many tiles per program
     tile_merge_ratio: int = 0  # > 0: at most sqrt(ratio x tiles) splits (`_num_splits`); 0: the target alone
     maxnreg: int | None = None  # register cap per thread (None: the compiler's choice); GPU only
