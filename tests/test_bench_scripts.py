@@ -670,8 +670,8 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
     splits = bench / "bench_kernel_large_batch_splits_h200.md"
     jobs += [(splits, ["bench_kernel_large_batch_splits_h200_call1_runs.json", "--grid", "--before", "s1", "--after",
                        after]) for after in ("s3", "s6")]
-    jobs.append((splits, ["bench_kernel_large_batch_splits_h200_call2_runs.json", "--grid", "--before", "base",
-                          "--after", "new"]))
+    jobs += [(splits, [f"bench_kernel_large_batch_splits_h200_{call}_runs.json", "--grid", "--before", "base",
+                       "--after", "new"]) for call in ("call2", "call4")]
     jobs.append((splits, ["bench_kernel_large_batch_splits_h200_formats_runs.json", "--call", "1", "--before", "base",
                           "--after", "new"]))
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),

@@ -431,7 +431,8 @@ def _split_target(cfg: DecodeConfig, units: int, tokens: int, device: torch.devi
     unit (from 528 units on an H200: batch 66 at 8 KV heads), splits of at most LARGE_BATCH_SPLIT_TOKENS of a unit's
     `tokens` (history and fp rows) instead: at batch 110 / 100k three splits took 0.91-0.95x the time of one (H200,
     results/bench/bench_kernel_large_batch_splits_h200.md); from two splits to three was no faster (batch 48-64 /
-    100k: 0.99-1.04x the time), so fewer units keep their plan."""
+    100k: 0.99-1.04x the time), so fewer units keep their plan. At batch 66 and 80 / 64k-100k the bound took
+    0.80-1.01x the time of one split (same file, call 4)."""
     sms = _sm_count(device.index or 0)
     if units < sms:
         return cfg.programs_per_sm * sms
