@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 from kernels.decode import (FIELD_EXACT, FIELD_TINY, GRIDS, DecodeConfig, _field_ptx, decode_attention,  # noqa: E402
                             default_config, launch_config, per_token_layouts, uses_pdl, uses_token_pairs,
                             uses_warp_tiles)
-from kernels.decode.common import WARP_TILE_ROWS  # noqa: E402
-from kernels.decode.launch import TINY_INT2  # noqa: E402
+from kernels.decode.common import PAIR_TILE_ROWS, WARP_TILE_ROWS  # noqa: E402
+from kernels.decode.launch import TINY_INT2, default_launch, four_row_pairs  # noqa: E402
 from kernels.decode.warp_tiles import _half_field_ptx  # noqa: E402
 from kernels.dispatch import interpreter_forced, use_triton  # noqa: E402
 from kernels.decode.reference import decode_attention_reference  # noqa: E402
@@ -419,8 +419,39 @@ def test_warp_rows_split_16_query_rows_over_two_programs(head_dim, group):
     cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=8)
     out = decode_attention(*args, **kw, config=cfg)
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
-    with pytest.raises(ValueError, match="warp_rows must be 8 or 16"):
-        decode_attention(*args, **kw, config=replace(cfg, warp_rows=4))
+    with pytest.raises(ValueError, match="warp_rows must be 4, 8 or 16"):
+        decode_attention(*args, **kw, config=replace(cfg, warp_rows=2))
+
+
+@pytest.mark.parametrize("head_dim, group, q_tokens, n_hist, num_splits", [(64, 4, 1, 1000, 3), (64, 3, 1, 301, None),
+                                                                          (64, 1, 1, 33, None), (64, 2, 2, 517, 2),
+                                                                          (128, 4, 1, 290, 2)])
+def test_four_row_programs_match_reference(head_dim, group, q_tokens, n_hist, num_splits):
+    """DecodeConfig.warp_rows=4 (`four_row_pairs`'s launch): up to 4 query rows per KV head in 4-row programs over
+    token pairs at head_dim 64 (odd history ends, split boundaries inside a pair, a history shorter than one tile,
+    GQA 2 x T_q 2) and over plain warp tiles at head_dim 128 match the reference."""
+    spec = INT2[head_dim]
+    args, kw = make_inputs(2, 2 * group, 2, q_tokens, head_dim, n_hist, 21, spec, spec, seed=n_hist)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=4)
+    assert uses_token_pairs(cfg, args[1], args[4], spec, spec, head_dim) == (head_dim == 64)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
+    """`default_launch` takes 4-row programs for GQA 1-4 over 2-bit per-token K and V at head_dim 64 with a packed
+    history (results/bench/sweep_rows4_h200.md), and keeps its plan for 8 rows, head_dim 128 / 256, KIVI's
+    per-channel keys and calls without history (BF16 on the harness kernel)."""
+    kivi = QuantSpec(bits=2, group=32, axis="channel")
+    for rows, units, history in [(1, 8, 1024), (3, 24, 8192), (4, 256, 102400), (4, 880, 102400)]:
+        assert default_launch(64, INT2[64], INT2[64], rows, units, 132, history).warp_rows == PAIR_TILE_ROWS
+    assert default_launch(64, INT2[64], INT2[64], 8, 256, 132, 102400).warp_rows is None
+    assert default_launch(64, INT2[64], INT2[64], 4, 256, 132, 0, 4096).warp_rows is None
+    assert default_launch(64, kivi, INT2[64], 4, 256, 132, 102400).warp_rows != PAIR_TILE_ROWS
+    for head_dim in (128, 256):
+        assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 256, 132, 102400).warp_rows is None
+    explicit = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, warp_tiles=True, warp_rows=8)
+    assert four_row_pairs(explicit, 64, 4, INT2[64], INT2[64]) == explicit
 
 
 def test_row_blocks_of_a_split_are_neighbours_in_launch_order():

@@ -8,6 +8,7 @@ import triton.language as tl
 MAX_ROWS = 128            # GROUP * T_q query rows per KV head
 ROW_BLOCK = 16            # query rows per program (the MMA's M)
 WARP_TILE_ROWS = 8        # query rows per program with DecodeConfig.warp_tiles (the MMA's N), up to GQA 8
+PAIR_TILE_ROWS = 4        # the same over token pairs with up to 4 query rows (`four_row_pairs`)
 TOKEN, TOKEN_GROUPED, CHANNEL = 0, 1, 2
 LOG2E = 1.4426950408889634
 FIELD_EXACT, FIELD_TINY = tl.constexpr(0), tl.constexpr(1)  # `_field` modes

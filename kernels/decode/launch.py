@@ -9,7 +9,8 @@ from functools import lru_cache
 import torch
 import triton
 
-from kernels.decode.common import CHANNEL, LOG2E, MAX_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS
+from kernels.decode.common import CHANNEL, LOG2E, MAX_ROWS, PAIR_TILE_ROWS, ROW_BLOCK, TOKEN, TOKEN_GROUPED, \
+    WARP_TILE_ROWS
 from kernels.decode.merge import _decode_stage2_kernel
 from kernels.decode.reference import check_decode_inputs
 from kernels.decode.stage1 import _decode_stage1_kernel
@@ -33,7 +34,7 @@ class DecodeConfig:
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py,
                               # channel_keys.py's `_history_warp_channel_pairs` for KIVI)
-    warp_rows: int | None = None  # query rows per warp-tile program, 8 or 16 (None: 8 up to 8 rows, else 16)
+    warp_rows: int | None = None  # query rows per warp-tile program, 4, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, whole key groups per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
     pdl: bool = True  # on Hopper and later GPUs stage 2 is a programmatic dependent launch of stage 1 (merge.py)
@@ -386,14 +387,29 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps` and `eight_row_programs`; without packed history `fp_only_launch`."""
+    `short_history_two_warps`, `eight_row_programs` and `four_row_pairs`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
     cfg = short_history_eight_rows(cfg, grid, head_dim, rows, history_tokens)
     cfg = short_history_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
-    return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens) if history_tokens == 0 else cfg
+    if history_tokens == 0:
+        return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
+    return four_row_pairs(cfg, head_dim, rows, k_spec, v_spec)
+
+
+def four_row_pairs(cfg: DecodeConfig, head_dim: int, rows: int, k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with 4-row programs (`warp_rows`) where up to PAIR_TILE_ROWS query rows per KV head (GQA 1-4) read 2-bit
+    per-token K and V at head_dim 64 over token pairs: the pair dots' N is 2 x rows per program, so 8-row programs
+    spent half of their scores, softmax and value accumulators on padding rows at GQA 4. H200, group 4, one sweep
+    (results/bench/sweep_rows4_h200.md): batch 8 / 32k to 110 / 100k 0.72-0.74x the time, batch 1 / 8k 0.8x; at
+    head_dim 128 and 256 (warp tiles without pairs, N = rows) 4-row programs were up to 10 % slower beyond batch 1,
+    so they keep 8. An explicit cfg.warp_rows is kept."""
+    if cfg.warp_rows is not None or rows > PAIR_TILE_ROWS or head_dim != 64 or not cfg.token_pairs or \
+            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim) or not single_group_layouts(k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, warp_rows=PAIR_TILE_ROWS)
 
 
 def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str, fp_tokens: int) -> DecodeConfig:
@@ -541,8 +557,8 @@ def _warp_rows(cfg: DecodeConfig, rows: int) -> int:
     rows than a program holds take several programs, each reading the history again, mostly from L2)."""
     if cfg.warp_rows is None:
         return WARP_TILE_ROWS if rows <= WARP_TILE_ROWS else ROW_BLOCK
-    if cfg.warp_rows not in (WARP_TILE_ROWS, ROW_BLOCK):
-        raise ValueError(f"warp_rows must be {WARP_TILE_ROWS} or {ROW_BLOCK}, got {cfg.warp_rows}.")
+    if cfg.warp_rows not in (PAIR_TILE_ROWS, WARP_TILE_ROWS, ROW_BLOCK):
+        raise ValueError(f"warp_rows must be {PAIR_TILE_ROWS}, {WARP_TILE_ROWS} or {ROW_BLOCK}, got {cfg.warp_rows}.")
     return cfg.warp_rows
 
 

@@ -9,6 +9,8 @@ checks each variant against the reference (a wrong unpack shows as a large error
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 8:32768,32:102400 --grid d64
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --grid pairs   # token pairs (pairs.py)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --grid warp_rows  # 16 rows in 8-row programs
+    python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 4 --points 1:8192,32:102400 --grid rows4
+        # up to 4 query rows per KV head in 4-row programs against 8-row ones (`four_row_pairs`)
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 3 --points 1:1024,32:1024 --grid short  # split
         # depth, and the single-launch merge (DecodeConfig.single_launch: stage 1 merges, no second launch)
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 1:1024,1:8192,1:32768 --grid splits
@@ -79,6 +81,8 @@ GRIDS = {
               {"block_n": 512, "num_warps": 8, "maxnreg": None}, {"num_stages": 4, "maxnreg": None},
               {"num_stages": 2}, {"programs_per_sm": 4}],
     "warp_rows": [{}, {"warp_rows": 8}, {"warp_rows": 8, "maxnreg": 168}, {"block_n": 128}],
+    "rows4": [{}, {"warp_rows": 4}, {"warp_rows": 8}, {"warp_rows": 4, "maxnreg": None},
+              {"warp_rows": 4, "maxnreg": 128}, {"warp_rows": 4, "maxnreg": 128, "programs_per_sm": 12}],
     "d256": [{}, {"warp_tiles": True, "block_n": 128, "num_warps": 4},
              {"warp_tiles": True, "block_n": 128, "num_warps": 8},
              {"warp_tiles": True, "block_n": 256, "num_warps": 8},
