@@ -402,10 +402,11 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
 def four_row_pairs(cfg: DecodeConfig, head_dim: int, rows: int, k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
     """cfg with 4-row programs (`warp_rows`) where up to PAIR_TILE_ROWS query rows per KV head (GQA 1-4) read 2-bit
     per-token K and V at head_dim 64 over token pairs: the pair dots' N is 2 x rows per program, so 8-row programs
-    spent half of their scores, softmax and value accumulators on padding rows at GQA 4. H200, group 4, one sweep
-    (results/bench/sweep_rows4_h200.md): batch 8 / 32k to 110 / 100k 0.72-0.74x the time, batch 1 / 8k 0.8x; at
-    head_dim 128 and 256 (warp tiles without pairs, N = rows) 4-row programs were up to 10 % slower beyond batch 1,
-    so they keep 8. An explicit cfg.warp_rows is kept."""
+    spent half of their scores, softmax and value accumulators on padding rows at GQA 4. H200
+    (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel grid's 48 head_dim-64 points of GQA 1, 3
+    and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k; at head_dim 128 and 256 (warp tiles without pairs,
+    N = rows) 4-row programs were up to 10 % slower from batch 8 on, so they keep 8. An explicit cfg.warp_rows is
+    kept."""
     if cfg.warp_rows is not None or rows > PAIR_TILE_ROWS or head_dim != 64 or not cfg.token_pairs or \
             not uses_warp_tiles(cfg, k_spec, v_spec, head_dim) or not single_group_layouts(k_spec, v_spec, head_dim):
         return cfg
