@@ -469,6 +469,9 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
 @pytest.mark.parametrize("script, runs, committed, least_lines, needle", [
     ("bench_kernel_grid.py", "bench_kernel_grid_final_d{}.json", "bench_kernel_grid_final.md", 300,
      "INT2 >= BF16 SDPA"),
+    ("bench_kernel_grid.py", ["bench_kernel_grid_h200_c8f5e6d_a.json", "bench_kernel_grid_h200_1b6083b_a.json",
+                              "bench_kernel_grid_h200_1b6083b_b.json"], "bench_kernel_grid_h200_1b6083b.md", 450,
+     "INT2 >= BF16 SDPA at 242 of 288 points"),
     ("bench_formats.py", "bench_formats_grid_h200_d{}.json", "bench_formats_kivi_grid_h200.md", 1000,
      "int4 >= BF16 SDPA at 235 of 288 points"),
     ("bench_formats.py", "bench_formats_kivi4_grid_h200_d{}.json", "bench_formats_kivi4_grid_h200.md", 800,
@@ -674,6 +677,9 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                        "--after", "new"]) for call in ("call2", "call4")]
     jobs.append((splits, ["bench_kernel_large_batch_splits_h200_formats_runs.json", "--call", "1", "--before", "base",
                           "--after", "new"]))
+    jobs += [(bench / "sweep_rows4_h200.md", ["sweep_rows4_h200_grid_runs.json", "--grid", "--before", "base", "--after",
+                                              "new"]),
+             (bench / "sweep_rows4_h200.md", ["bench_throughput_llama32_1b_h200_rows4_runs.json", "--throughput"])]
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
              (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",
@@ -725,7 +731,7 @@ def test_target_status_rebuilds_the_known_limits_tables():
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = proc.stdout.strip().splitlines()
         assert len(lines) == 12 and all(line in text for line in lines), lines
-    assert "| 233 of 288 points (55 below, 47 of them at 1k) | no |" in text
+    assert "| 242 of 288 points (46 below, 38 of them at 1k) | no |" in text
     bench = ROOT / "results" / "bench"
     mixed = [sys.executable, "scripts/target_status.py", "--grid", str(bench / "bench_kernel_grid_final_d64.json"),
              "--write", str(bench / "bench_kernels_write_final_runs.json"), "--write-tree", "new",
