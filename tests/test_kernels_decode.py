@@ -441,13 +441,15 @@ def test_four_row_programs_match_reference(head_dim, group, q_tokens, n_hist, nu
 def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
     """`default_launch` takes 4-row programs for GQA 1-4 over 2-bit per-token K and V at head_dim 64 with a packed
     history (results/bench/sweep_rows4_h200.md), and keeps its plan for 8 rows, head_dim 128 / 256, KIVI's
-    per-channel keys and calls without history (BF16 on the harness kernel)."""
+    per-channel keys, INT4's 32-byte tokens (no pairs) and calls without history (BF16 on the harness kernel)."""
     kivi = QuantSpec(bits=2, group=32, axis="channel")
     for rows, units, history in [(1, 8, 1024), (3, 24, 8192), (4, 256, 102400), (4, 880, 102400)]:
         assert default_launch(64, INT2[64], INT2[64], rows, units, 132, history).warp_rows == PAIR_TILE_ROWS
     assert default_launch(64, INT2[64], INT2[64], 8, 256, 132, 102400).warp_rows is None
     assert default_launch(64, INT2[64], INT2[64], 4, 256, 132, 0, 4096).warp_rows is None
     assert default_launch(64, kivi, INT2[64], 4, 256, 132, 102400).warp_rows != PAIR_TILE_ROWS
+    for int4 in (QuantSpec(bits=4, group=64), QuantSpec(bits=4, group=128)):
+        assert default_launch(64, int4, int4, 4, 256, 132, 102400).warp_rows is None
     for head_dim in (128, 256):
         assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 256, 132, 102400).warp_rows is None
     explicit = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, warp_tiles=True, warp_rows=8)

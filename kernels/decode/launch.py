@@ -405,10 +405,11 @@ def four_row_pairs(cfg: DecodeConfig, head_dim: int, rows: int, k_spec: QuantSpe
     spent half of their scores, softmax and value accumulators on padding rows at GQA 4. H200
     (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel grid's 48 head_dim-64 points of GQA 1, 3
     and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k; at head_dim 128 and 256 (warp tiles without pairs,
-    N = rows) 4-row programs were up to 10 % slower from batch 8 on, so they keep 8. An explicit cfg.warp_rows is
-    kept."""
+    N = rows) 4-row programs were up to 10 % slower from batch 8 on, so they keep 8; INT4's 32-byte tokens (no pairs)
+    were not timed on 4 rows and keep theirs. An explicit cfg.warp_rows is kept."""
+    pair_layouts = two_bit_token_layouts(k_spec, v_spec, head_dim) and single_group_layouts(k_spec, v_spec, head_dim)
     if cfg.warp_rows is not None or rows > PAIR_TILE_ROWS or head_dim != 64 or not cfg.token_pairs or \
-            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim) or not single_group_layouts(k_spec, v_spec, head_dim):
+            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim) or not pair_layouts:
         return cfg
     return replace(cfg, warp_rows=PAIR_TILE_ROWS)
 
