@@ -438,6 +438,35 @@ def test_four_row_programs_match_reference(head_dim, group, q_tokens, n_hist, nu
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 
+@pytest.mark.parametrize("group, q_tokens, n_hist, num_splits, maxnreg", [(4, 1, 301, 3, None), (3, 1, 200, 2, 128),
+                                                                          (2, 2, 77, 1, None)])
+def test_wide_pairs_match_reference(group, q_tokens, n_hist, num_splits, maxnreg):
+    """DecodeConfig.wide_pairs: 4-row programs read head_dim 128's 32-byte tokens as 64-byte pair rows (pairs.py), as
+    16-bit words or (under a 128-register cap, `uses_pair_words`) as bytes, and match the reference (odd ends,
+    splits inside a pair, GQA 2 x T_q 2); 8-row programs keep plain warp tiles."""
+    spec = INT2[128]
+    args, kw = make_inputs(2, 2 * group, 2, q_tokens, 128, n_hist, 21, spec, spec, seed=n_hist)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=4,
+                       wide_pairs=True, maxnreg=maxnreg)
+    assert uses_token_pairs(cfg, args[1], args[4], spec, spec, 128)
+    assert not uses_token_pairs(replace(cfg, warp_rows=8), args[1], args[4], spec, spec, 128)
+    out = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("group, q_tokens, n_hist", [(4, 1, 320), (2, 2, 64)])
+def test_four_row_channel_key_pairs_match_reference(group, q_tokens, n_hist):
+    """KIVI-2's per-channel keys at head_dim 64 over token pairs (channel_keys.py) in 4-row programs match the
+    reference."""
+    kivi = QuantSpec(bits=2, group=32, axis="channel")
+    args, kw = make_inputs(2, 2 * group, 2, q_tokens, 64, n_hist, 21, kivi, INT2[64], seed=n_hist)
+    cfg = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=4,
+                       channel_key_tiles=True)
+    assert uses_token_pairs(cfg, args[1], args[4], kivi, INT2[64], 64)
+    out = decode_attention(*args, **kw, num_splits=2, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
     """`default_launch` takes 4-row programs for GQA 1-4 over 2-bit per-token K and V at head_dim 64 with a packed
     history (results/bench/sweep_rows4_h200.md), and keeps its plan for 8 rows, head_dim 128 / 256, KIVI's
@@ -479,6 +508,8 @@ def test_token_pairs_only_for_contiguous_16_byte_tokens():
     codes128 = torch.zeros(1, 2, 10, 32, dtype=torch.uint8)
     assert uses_token_pairs(cfg, codes64, codes64, INT2[64], INT2[64], 64)
     assert not uses_token_pairs(cfg, codes128, codes128, INT2[128], INT2[128], 128)
+    assert not uses_token_pairs(replace(cfg, wide_pairs=True), codes128, codes128, INT2[128], INT2[128], 128)  # 8 rows
+    assert uses_token_pairs(replace(cfg, wide_pairs=True, warp_rows=4), codes128, codes128, INT2[128], INT2[128], 128)
     assert not uses_token_pairs(cfg, codes128[..., :16], codes64, INT2[64], INT2[64], 64)   # strided rows
     assert not uses_token_pairs(replace(cfg, block_n=64), codes64, codes64, INT2[64], INT2[64], 64)
     assert not uses_token_pairs(replace(cfg, token_pairs=False), codes64, codes64, INT2[64], INT2[64], 64)

@@ -34,6 +34,8 @@ class DecodeConfig:
     warp_tiles: bool = False  # single-group token layouts: one token sub-tile per warp (`_history_warp_tiles`)
     token_pairs: bool = True  # warp tiles over 16-byte tokens read two tokens per 32-byte row (pairs.py,
                               # channel_keys.py's `_history_warp_channel_pairs` for KIVI)
+    wide_pairs: bool = False  # 4-row programs (warp_rows=4) read 32-byte tokens (head_dim 128 at 2 bits) as 64-byte
+                              # pair rows too (`uses_token_pairs`)
     warp_rows: int | None = None  # query rows per warp-tile program, 4, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, whole key groups per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
@@ -538,8 +540,11 @@ def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Te
     """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
     (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K): with one
     (scale, zero) per token, or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: whole key groups
-    per warp, channel_keys.py's `_history_warp_channel_pairs`)."""
-    narrow = all(codes.shape[-1] == 16 and codes.stride(-2) == 16 for codes in (k_codes, v_codes))
+    per warp, channel_keys.py's `_history_warp_channel_pairs`); with cfg.wide_pairs, 4-row programs read 32-byte tokens
+    (head_dim 128 at 2 bits) as 64-byte pair rows too."""
+    widths = (16, 32) if cfg.wide_pairs and cfg.warp_rows == PAIR_TILE_ROWS else (16,)
+    width = k_codes.shape[-1]
+    narrow = width in widths and all(codes.shape[-1] == width == codes.stride(-2) for codes in (k_codes, v_codes))
     layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
     return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
             and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and layouts)

@@ -25,8 +25,8 @@ import triton.language as tl
 
 from kernels.decode.common import TINY_SCALE
 from kernels.decode.packed import _query_fields
-from kernels.decode.warp_tiles import _empty_streams, _half_field, _key_halves, _query_half, _store_warp_streams, \
-    _warp_softmax_step
+from kernels.decode.warp_tiles import _block_rows, _empty_streams, _half_field, _key_halves, _query_half, \
+    _store_warp_streams, _warp_softmax_step
 
 
 @triton.jit
@@ -200,6 +200,17 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
 
 
 @triton.jit
+def _field_halves(streams, W: tl.constexpr, VB: tl.constexpr, R: tl.constexpr):
+    """Per-field [2W, VB, R] streams -> their even and odd rows [2W, VB / 2, R] each, field by field: the halves
+    `_store_warp_streams` expects where a field's bytes load as 16-bit words (`_block_rows`)."""
+    halves = ()
+    for f in tl.static_range(len(streams)):
+        even, odd = tl.split(tl.permute(tl.reshape(streams[f], (2 * W, VB // 2, 2, R)), (0, 1, 3, 2)))
+        halves = halves + (even, odd)
+    return halves
+
+
+@triton.jit
 def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D: tl.constexpr,
                         V_BITS: tl.constexpr, V_FIELDS: tl.constexpr, W: tl.constexpr, R: tl.constexpr,
                         VB: tl.constexpr):
@@ -215,6 +226,8 @@ def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
             even = _diagonal_blocks(acc[2 * f], W, VB // 2, R)                       # [2W, VB / 2, R]
             odd = _diagonal_blocks(acc[2 * f + 1], W, VB // 2, R)
             streams = streams + (tl.reshape(tl.permute(tl.join(even, odd), (0, 1, 3, 2)), (2 * W, VB, R)),)
+    if _block_rows(D, V_BITS, VB * V_FIELDS)[2] == 2:  # the store's fields in halves (head_dim 128: 32-byte fields)
+        streams = _field_halves(streams, W, VB, R)
     pz = ()
     for g in tl.static_range(VP // V_FIELDS):
         pz = pz + (_unpair_streams(pz_sum[g], W, R),)
