@@ -398,22 +398,32 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
     if history_tokens == 0:
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
-    return four_row_pairs(cfg, head_dim, rows, k_spec, v_spec)
+    return four_row_pairs(cfg, grid, head_dim, rows, k_spec, v_spec)
 
 
-def four_row_pairs(cfg: DecodeConfig, head_dim: int, rows: int, k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
-    """cfg with 4-row programs (`warp_rows`) where up to PAIR_TILE_ROWS query rows per KV head (GQA 1-4) read 2-bit
-    per-token K and V at head_dim 64 over token pairs: the pair dots' N is 2 x rows per program, so 8-row programs
-    spent half of their scores, softmax and value accumulators on padding rows at GQA 4. H200
-    (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel grid's 48 head_dim-64 points of GQA 1, 3
-    and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k; at head_dim 128 and 256 (warp tiles without pairs,
-    N = rows) 4-row programs were up to 10 % slower from batch 8 on, so they keep 8; INT4's 32-byte tokens (no pairs)
-    were not timed on 4 rows and keep theirs. An explicit cfg.warp_rows is kept."""
-    pair_layouts = two_bit_token_layouts(k_spec, v_spec, head_dim) and single_group_layouts(k_spec, v_spec, head_dim)
-    if cfg.warp_rows is not None or rows > PAIR_TILE_ROWS or head_dim != 64 or not cfg.token_pairs or \
-            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim) or not pair_layouts:
+def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, k_spec: QuantSpec,
+                   v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with 4-row programs (`warp_rows`) where up to PAIR_TILE_ROWS query rows per KV head (GQA 1-4) read 2-bit K
+    and V over token pairs: the pair dots' N is 2 x rows per program, so 8-row programs spent half of their scores,
+    softmax and value accumulators on padding rows at GQA 4. H200:
+    - head_dim 64, one (scale, zero) per token (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel
+      grid's 48 head_dim-64 points of GQA 1, 3 and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k;
+    - head_dim 64, KIVI-2's per-channel keys (`channel_key_layouts`, results/bench/sweep_pairs_kivi_d128_h200.md);
+    - head_dim 128 on the medium and large grids, reading its 32-byte tokens as 64-byte pair rows (`wide_pairs`, the
+      same file); on plain warp tiles (N = rows) 4-row programs were up to 10 % slower there from batch 8 on, and
+      wide pairs slower at batch 1 / 8k.
+    INT4's and KIVI-4's 32-byte tokens at head_dim 64 were not timed on 4 rows and keep theirs. An explicit
+    cfg.warp_rows is kept."""
+    two_bit = k_spec.container_bits == v_spec.container_bits == 2
+    if cfg.warp_rows is not None or rows > PAIR_TILE_ROWS or not cfg.token_pairs or not two_bit or \
+            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim):
         return cfg
-    return replace(cfg, warp_rows=PAIR_TILE_ROWS)
+    single_group = single_group_layouts(k_spec, v_spec, head_dim)
+    if head_dim == 64 and (single_group or channel_key_layouts(cfg, k_spec, v_spec, head_dim)):
+        return replace(cfg, warp_rows=PAIR_TILE_ROWS)
+    if head_dim == 128 and single_group and grid in ("medium", "large"):
+        return replace(cfg, warp_rows=PAIR_TILE_ROWS, wide_pairs=True)
+    return cfg
 
 
 def fp_only_launch(cfg: DecodeConfig, head_dim: int, rows: int, grid: str, fp_tokens: int) -> DecodeConfig:
