@@ -470,8 +470,9 @@ def test_four_row_channel_key_pairs_match_reference(group, q_tokens, n_hist):
 def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
     """`default_launch` takes 4-row programs for GQA 1-4 over 2-bit K and V with a packed history at head_dim 64 (one
     (scale, zero) per token, or KIVI-2's per-channel keys) and, as wide pairs, at head_dim 128 on the medium and large
-    grids (results/bench/sweep_rows4_h200.md, sweep_pairs_kivi_d128_h200.md); it keeps its plan for 8 rows, head_dim
-    128 at batch 1, head_dim 256, KIVI-4, INT4's 32-byte tokens (no pairs) and calls without history."""
+    grids beyond short histories (results/bench/sweep_rows4_h200.md, sweep_pairs_kivi_d128_h200.md); it keeps its plan
+    for 8 rows, head_dim 128 at batch 1 or 1k, KIVI-2 at batch 1 / 100k, head_dim 256, KIVI-4, INT4's 32-byte tokens
+    (no pairs) and calls without history."""
     kivi2 = QuantSpec(bits=2, group=32, axis="channel")
     kivi4 = QuantSpec(bits=4, group=32, axis="channel")
     for rows, units, history in [(1, 8, 1024), (3, 24, 8192), (4, 256, 102400), (4, 880, 102400)]:
@@ -479,6 +480,8 @@ def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
         assert default_launch(64, kivi2, INT2[64], rows, units, 132, history).warp_rows == PAIR_TILE_ROWS
         wide = default_launch(128, INT2[128], INT2[128], rows, units, 132, history)
         assert (wide.warp_rows, wide.wide_pairs) == ((PAIR_TILE_ROWS, True) if units > 8 else (None, False))
+    assert default_launch(64, kivi2, INT2[64], 4, 8, 132, 102400).warp_rows != PAIR_TILE_ROWS   # batch 1 / 100k
+    assert not default_launch(128, INT2[128], INT2[128], 4, 24, 132, 1024).wide_pairs            # batch 3 / 1k
     assert default_launch(64, INT2[64], INT2[64], 8, 256, 132, 102400).warp_rows is None
     assert default_launch(64, INT2[64], INT2[64], 4, 256, 132, 0, 4096).warp_rows is None
     assert default_launch(64, kivi4, QuantSpec(bits=4, group=64), 4, 256, 132, 102400).warp_rows != PAIR_TILE_ROWS
@@ -486,7 +489,7 @@ def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
         assert default_launch(64, int4, int4, 4, 256, 132, 102400).warp_rows is None
     assert default_launch(256, INT2[256], INT2[256], 4, 256, 132, 102400).warp_rows is None
     explicit = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, warp_tiles=True, warp_rows=8)
-    assert four_row_pairs(explicit, "large", 64, 4, INT2[64], INT2[64]) == explicit
+    assert four_row_pairs(explicit, "large", 64, 4, 102400, INT2[64], INT2[64]) == explicit
 
 
 def test_row_blocks_of_a_split_are_neighbours_in_launch_order():

@@ -53,7 +53,10 @@ TINY_INT2 = dict(maxnreg=168, programs_per_sm=6)  # the tiny grid's 2-bit launch
 TINY_CHANNEL_KEYS = dict(maxnreg=None, programs_per_sm=2)  # per-channel-key tiles, tiny grid (`channel_key_tiny`)
 WIDE_ROWS_MEDIUM_TOKENS_PER_SM = 20000  # the same for "medium" with more than WARP_TILE_ROWS query rows
 SHORT_HISTORY_TOKENS = 4096  # packed tokens per unit of a short history: `eight_row_programs`,
-                             # `short_history_two_warps` and TurboQuant's `short_history_split_tiles` (each measured)
+                             # `short_history_two_warps`, TurboQuant's `short_history_split_tiles` and head_dim 128's
+                             # wide pairs (`four_row_pairs`; each measured)
+KIVI_TINY_FOUR_ROW_TOKENS = 32768  # packed tokens up to which KIVI-2 at head_dim 64, batch 1, takes 4-row programs
+                                   # (`four_row_pairs`: faster to 32k, slower at 100k)
 SHORT_KIVI_EIGHT_ROW_TOKENS = 2048  # packed tokens up to which KIVI at head_dim 128, batch 1, takes 8-row programs
                                    # (`short_history_eight_rows`: faster at 1k, slower at 4k)
 SHORT_HISTORY_WIDE_HEAD_SMS_PER_UNIT = 4  # head_dim 256: the same only below one unit per 4 SMs (batch 1-4)
@@ -398,20 +401,22 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
     if history_tokens == 0:
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
-    return four_row_pairs(cfg, grid, head_dim, rows, k_spec, v_spec)
+    return four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
 
 
-def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, k_spec: QuantSpec,
+def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int, k_spec: QuantSpec,
                    v_spec: QuantSpec) -> DecodeConfig:
     """cfg with 4-row programs (`warp_rows`) where up to PAIR_TILE_ROWS query rows per KV head (GQA 1-4) read 2-bit K
     and V over token pairs: the pair dots' N is 2 x rows per program, so 8-row programs spent half of their scores,
-    softmax and value accumulators on padding rows at GQA 4. H200:
+    softmax and value accumulators on padding rows at GQA 4. H200, one round each, trees alternating in one call:
     - head_dim 64, one (scale, zero) per token (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel
       grid's 48 head_dim-64 points of GQA 1, 3 and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k;
-    - head_dim 64, KIVI-2's per-channel keys (`channel_key_layouts`, results/bench/sweep_pairs_kivi_d128_h200.md);
-    - head_dim 128 on the medium and large grids, reading its 32-byte tokens as 64-byte pair rows (`wide_pairs`, the
-      same file); on plain warp tiles (N = rows) 4-row programs were up to 10 % slower there from batch 8 on, and
-      wide pairs slower at batch 1 / 8k.
+    - head_dim 64, KIVI-2's per-channel keys (`channel_key_layouts`; results/bench/sweep_pairs_kivi_d128_h200.md, the
+      same 48 points): 0.82-0.95x from batch 3 on and at batch 1 up to 32k, 1.06-1.09x at batch 1 / 100k, so the tiny
+      grid keeps 8 rows above KIVI_TINY_FOUR_ROW_TOKENS (32k-100k not timed);
+    - head_dim 128 on the medium and large grids above SHORT_HISTORY_TOKENS per unit, reading 32-byte tokens as
+      64-byte pair rows (`wide_pairs`, the same file): 0.94-0.99x from 8k on at batch 3-32, 1.03-1.09x at batch 3-8 /
+      1k. On plain warp tiles (N = rows) 4-row programs had been up to 10 % slower there from batch 8 on.
     INT4's and KIVI-4's 32-byte tokens at head_dim 64 were not timed on 4 rows and keep theirs. An explicit
     cfg.warp_rows is kept."""
     two_bit = k_spec.container_bits == v_spec.container_bits == 2
@@ -419,9 +424,11 @@ def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, k_spe
             not uses_warp_tiles(cfg, k_spec, v_spec, head_dim):
         return cfg
     single_group = single_group_layouts(k_spec, v_spec, head_dim)
-    if head_dim == 64 and (single_group or channel_key_layouts(cfg, k_spec, v_spec, head_dim)):
+    channel_pairs = channel_key_layouts(cfg, k_spec, v_spec, head_dim) and \
+        (grid != "tiny" or history_tokens <= KIVI_TINY_FOUR_ROW_TOKENS)
+    if head_dim == 64 and (single_group or channel_pairs):
         return replace(cfg, warp_rows=PAIR_TILE_ROWS)
-    if head_dim == 128 and single_group and grid in ("medium", "large"):
+    if head_dim == 128 and single_group and grid in ("medium", "large") and history_tokens > SHORT_HISTORY_TOKENS:
         return replace(cfg, warp_rows=PAIR_TILE_ROWS, wide_pairs=True)
     return cfg
 
