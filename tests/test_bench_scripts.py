@@ -472,6 +472,13 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
     ("bench_kernel_grid.py", ["bench_kernel_grid_h200_c8f5e6d_a.json", "bench_kernel_grid_h200_1b6083b_a.json",
                               "bench_kernel_grid_h200_1b6083b_b.json"], "bench_kernel_grid_h200_1b6083b.md", 450,
      "INT2 >= BF16 SDPA at 242 of 288 points"),
+    ("bench_kernel_grid.py", ["bench_kernel_grid_h200_c8f5e6d_a.json", "bench_kernel_grid_h200_1b6083b_a.json",
+                              "bench_kernel_grid_h200_1b6083b_b.json", "bench_kernel_grid_h200_2311a7c_d128.json"],
+     "bench_kernel_grid_h200_2311a7c.md", 450, "INT2 >= BF16 SDPA at 243 of 288 points"),
+    ("bench_formats.py", ["sweep_pairs_kivi_d128_h200_call1_int2.json"], "sweep_pairs_kivi_d128_h200.md", 70,
+     "| 128 | 4 | 110 | 102400 | int2 [warp_rows=4 wide_pairs=True] | 2.216 | 70% | 4.67x |"),
+    ("bench_formats.py", ["sweep_pairs_kivi_d128_h200_call1_kivi2.json"], "sweep_pairs_kivi_d128_h200.md", 40,
+     "| 64 | 4 | 110 | 102400 | kivi2 [warp_rows=4] | 3.034 | 34% | 1.71x |"),
     ("bench_formats.py", "bench_formats_grid_h200_d{}.json", "bench_formats_kivi_grid_h200.md", 1000,
      "int4 >= BF16 SDPA at 235 of 288 points"),
     ("bench_formats.py", "bench_formats_kivi4_grid_h200_d{}.json", "bench_formats_kivi4_grid_h200.md", 800,
@@ -679,7 +686,11 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                           "--after", "new"]))
     jobs += [(bench / "sweep_rows4_h200.md", ["sweep_rows4_h200_grid_runs.json", "--grid", "--before", "base", "--after",
                                               "new"]),
-             (bench / "sweep_rows4_h200.md", ["bench_throughput_llama32_1b_h200_rows4_runs.json", "--throughput"])]
+             (bench / "sweep_rows4_h200.md", ["bench_throughput_llama32_1b_h200_rows4_runs.json", "--throughput"]),
+             (bench / "sweep_pairs_kivi_d128_h200.md", ["sweep_pairs_kivi_d128_h200_grid_runs.json", "--grid",
+                                                       "--before", "base", "--after", "new"]),
+             (bench / "sweep_pairs_kivi_d128_h200.md", ["sweep_pairs_kivi_d128_h200_kivi_runs.json", "--call", "2",
+                                                       "--before", "base", "--after", "new"])]
     jobs += [(bench / "bench_throughput_words.md", ["bench_throughput_words_runs.json", "--throughput"]),
              (bench / "sweep_tiny_int2_words.md", ["sweep_tiny_int2_words_e2e_runs.json", "--throughput"]),
              (bench / "bench_kernels_write_epilogue.md", ["bench_kernels_write_final_runs.json", "--write", "--before",
@@ -731,7 +742,7 @@ def test_target_status_rebuilds_the_known_limits_tables():
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = proc.stdout.strip().splitlines()
         assert len(lines) == 12 and all(line in text for line in lines), lines
-    assert "| 242 of 288 points (46 below, 38 of them at 1k) | no |" in text
+    assert "| 243 of 288 points (45 below, 37 of them at 1k) | no |" in text
     bench = ROOT / "results" / "bench"
     mixed = [sys.executable, "scripts/target_status.py", "--grid", str(bench / "bench_kernel_grid_final_d64.json"),
              "--write", str(bench / "bench_kernels_write_final_runs.json"), "--write-tree", "new",

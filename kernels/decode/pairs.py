@@ -16,7 +16,9 @@ online-softmax stream (as each warp does), so the loop never mixes the two parit
 after the loop: the dots do twice the MACs of the unpaired loop, on tensor cores that were idle. A 32-byte pair
 row is 16 16-bit words, so the loop splits each field into its even and odd bytes as warp_tiles.py does (two
 dots per field, Q2 built per half) where the launch says so (`uses_pair_words`); KIVI's value pair rows
-(channel_keys.py) stay bytes.
+(channel_keys.py) stay bytes. With DecodeConfig.wide_pairs, 4-row programs read head_dim 128's 32-byte tokens as 64-byte
+pair rows the same way: not for the row width, but so that N = 2 x 4 rows fills the MMA's 8 columns at GQA 1-4
+(`kernels.decode.launch.four_row_pairs`).
 """
 from __future__ import annotations
 
