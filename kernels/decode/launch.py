@@ -412,7 +412,7 @@ def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, histo
     - head_dim 64, one (scale, zero) per token (results/bench/sweep_rows4_h200.md): 0.72-0.85x the time at the kernel
       grid's 48 head_dim-64 points of GQA 1, 3 and 4 (batch 1-32, 1k-100k), 0.72x at batch 110 / 100k;
     - head_dim 64, KIVI-2's per-channel keys (`channel_key_layouts`; results/bench/sweep_pairs_kivi_d128_h200.md, the
-      same 48 points): 0.82-0.95x from batch 3 on and at batch 1 up to 32k, 1.06-1.09x at batch 1 / 100k, so the tiny
+      same 48 points): 0.82-0.97x from batch 3 on and at batch 1 up to 32k, 1.06-1.09x at batch 1 / 100k, so the tiny
       grid keeps 8 rows above KIVI_TINY_FOUR_ROW_TOKENS (32k-100k not timed);
     - head_dim 128 on the medium and large grids above SHORT_HISTORY_TOKENS per unit, reading 32-byte tokens as
       64-byte pair rows (`wide_pairs`, the same file): 0.94-0.99x from 8k on at batch 3-32, 1.03-1.09x at batch 3-8 /
