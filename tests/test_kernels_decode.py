@@ -508,8 +508,9 @@ def test_row_blocks_of_a_split_are_neighbours_in_launch_order():
     assert grids == [(2, 3 + 1, 4)]         # 16 rows in two blocks; 3 history splits + 1 fp split; 2 x 2 units
 
 
-def test_token_pairs_only_for_contiguous_16_byte_tokens():
-    """Pairs need both caches at 16 bytes per token, stored back to back, and >= 16 pair rows per warp."""
+def test_token_pairs_only_for_contiguous_16_byte_tokens_or_wide_pairs():
+    """Pairs need both caches at 16 bytes per token (32 with wide_pairs in 4-row programs), stored back to back, and
+    >= 16 pair rows per warp."""
     cfg = DecodeConfig(block_n=128, num_warps=4, warp_tiles=True)
     codes64 = torch.zeros(1, 2, 10, 16, dtype=torch.uint8)
     codes128 = torch.zeros(1, 2, 10, 32, dtype=torch.uint8)
