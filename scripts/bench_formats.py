@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -56,6 +55,7 @@ from kernels.decode.launch import DecodeConfig  # noqa: E402
 from kernels.decode.reference import attention_reference  # noqa: E402
 from kernels.format import QuantizedTensor  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
+from bench_out import out_file  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
            "kivi2_rowmajor": "kivi2", "kivi4": "kivi4", "kivi4_rowmajor": "kivi4"}
@@ -318,6 +318,7 @@ def main() -> None:
     launches = parse_launches(args.launch)
     if not torch.cuda.is_available():
         raise SystemExit("bench_formats.py needs a CUDA GPU.")
+    out = out_file("bench_formats.json")
     formats = args.formats.split(",")
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
@@ -335,10 +336,10 @@ def main() -> None:
             rows += point_rows
             print("rows:", json.dumps(point_rows), flush=True)
     device = torch.cuda.get_device_name()
-    if os.environ.get("OUT"):
+    if out:
         payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
                    "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
-        Path(os.environ["OUT"], "bench_formats.json").write_text(json.dumps(payload, indent=1))
+        out.write_text(json.dumps(payload, indent=1))
     print(markdown(device, copy_tbs, rows, args.q_tokens))
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, bf16_kernel_arg
                            sdpa_call)
 from harness.cli_args import kernel_head_dims, positive_ints  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
+from bench_out import out_file  # noqa: E402
 
 KV_HEADS = 8
 GRID_BATCHES, GRID_CTXS = [1, 3, 8, 32], [1024, 8192, 32768, 102400]    # the grid (with head_dim x group)
@@ -236,6 +236,7 @@ def main() -> None:
         return
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernel_grid.py needs a CUDA GPU.")
+    out = out_file("bench_kernel_grid.json")
     shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d) for d in args.head_dims for g in args.groups]
     failures = [f for shape in shapes for f in check_shape(shape)]
     print("correctness:", "all passed" if not failures else failures, flush=True)
@@ -247,10 +248,10 @@ def main() -> None:
                 rows.append(bench_point(shape, batch, ctx, copy_tbs))
                 print("row:", json.dumps(rows[-1]), flush=True)
     device = torch.cuda.get_device_name()
-    if os.environ.get("OUT"):
+    if out:
         payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
                    "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
-        Path(os.environ["OUT"], "bench_kernel_grid.json").write_text(json.dumps(payload, indent=1))
+        out.write_text(json.dumps(payload, indent=1))
     print(markdown(device, copy_tbs, rows))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import re
 import sys
 import time
@@ -41,6 +40,7 @@ from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from harness.cache import empty_history  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
+from bench_out import out_file  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 
@@ -372,6 +372,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels.py needs a CUDA GPU.")
+    out = out_file("bench_kernels.json")
     device = torch.cuda.get_device_name()
     tiles = ((None, None, {}), *(write_tile(t) for t in args.write_tiles.split(",") if t))
     clip_methods = tuple(args.clip_methods.split(",")) if args.clip_methods else (None,)
@@ -387,10 +388,10 @@ def main() -> None:
     write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else
                                                    bench_write(4096, 16, copy_tbs, tiles, clip_methods))
     table = markdown(device, copy_tbs, decode_rows, write_rows)
-    if os.environ.get("OUT"):
+    if out:
         payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,
                    "failures": failures, "decode": decode_rows, "write": write_rows}
-        Path(os.environ["OUT"], "bench_kernels.json").write_text(json.dumps(payload, indent=1))
+        out.write_text(json.dumps(payload, indent=1))
     print(table)
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -67,6 +66,7 @@ from harness.quantizer import build_quantizer, known_quantizers  # noqa: E402
 from harness.seam import install  # noqa: E402
 from harness.static_cache import DecodeStep, freeze  # noqa: E402
 from report.paper_throughput import at_budget_batch  # noqa: E402
+from bench_out import out_file  # noqa: E402
 
 CONFIGS = {  # the public Qwen3 configs (no weights needed)
     "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
@@ -477,6 +477,7 @@ def parse_args():
 
 def main() -> None:
     args = parse_args()
+    out = out_file("bench_throughput_profile.json" if args.profile else "bench_throughput.json")
     quantizers = args.quantizers.split(",")
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -498,8 +499,8 @@ def main() -> None:
     dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
     stamp = datetime.date.today().isoformat()
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "bench_throughput_profile.json" if args.profile else "bench_throughput.json").write_text(json.dumps(
+    if out:
+        out.write_text(json.dumps(
             {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
              "placement": getattr(model, "hf_device_map", None), "budget_gb": budget_gb,
              "rows": rows, "same_budget": budget_rows},
