@@ -18,11 +18,14 @@ def composer():
         yield lambda overrides: compose(config_name="config", overrides=overrides)
 
 
+AXES = ("model", "quantizer", "task")     # the three groups whose choices interact
+
+
 def _pairs_of_axes():
     """Every pair of values of two of the three axes that interact (model, quantizer, task), the third at its first
     value: each pair composes together (the full product's 1,089 compositions took 146 s; no config of the three
     groups interpolates another group's values)."""
-    axes = {axis: options(axis) for axis in ("model", "quantizer", "task")}
+    axes = {axis: options(axis) for axis in AXES}
     for first, second in itertools.combinations(axes, 2):
         third = next(axis for axis in axes if axis not in (first, second))
         for a, b in itertools.product(axes[first], axes[second]):
@@ -30,10 +33,9 @@ def _pairs_of_axes():
 
 
 def test_every_pair_of_model_quantizer_and_task_composes(composer):
-    axes = ("model", "quantizer", "task")
-    for axis in axes:                                   # the premise of pairs: no axis reads another's values
+    for axis in AXES:                                   # the premise of pairs: no axis reads another's values
         for path in (CONFIGS / axis).glob("*.yaml"):
-            assert not any(f"${{{other}." in path.read_text() for other in axes if other != axis), path
+            assert not any(f"${{{other}." in path.read_text() for other in AXES if other != axis), path
     for choice in _pairs_of_axes():
         cfg = composer([f"{axis}={name}" for axis, name in choice.items()])
         model, quantizer, task = choice["model"], choice["quantizer"], choice["task"]
