@@ -682,7 +682,8 @@ def test_compare_runs_rebuilds_the_committed_before_after_tables():
                                                        "--before", "base", "--after", "new"])
              for name in ("score_chains", "tiny_fold")]
     jobs += [(bench / f"bench_kernel_{name}_h200.md", [f"bench_kernel_{name}_h200_runs.json", "--grid", "--before",
-                                                       "base", "--after", "new"]) for name in ("fp_only", "fp_tiles")]
+                                                       "base", "--after", "new"])
+             for name in ("fp_only", "fp_tiles", "pair_halves")]
     splits = bench / "bench_kernel_large_batch_splits_h200.md"
     jobs += [(splits, ["bench_kernel_large_batch_splits_h200_call1_runs.json", "--grid", "--before", "s1", "--after",
                        after]) for after in ("s3", "s6")]

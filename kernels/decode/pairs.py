@@ -220,7 +220,6 @@ def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
     accumulators), merged and stored by its epilogue."""
     VP: tl.constexpr = 8 // V_BITS
     HALVES: tl.constexpr = len(acc) // VP
-    STORE_HALVES: tl.constexpr = _block_rows(D, V_BITS, VB * V_FIELDS)[2]  # 2: the store's fields in halves (hd 128)
     streams = ()
     for f in tl.static_range(VP):
         if HALVES == 1:
@@ -228,11 +227,8 @@ def _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_ls
         else:  # half h's row j is coordinate 2j + h of its token
             even = _diagonal_blocks(acc[2 * f], W, VB // 2, R)                       # [2W, VB / 2, R]
             odd = _diagonal_blocks(acc[2 * f + 1], W, VB // 2, R)
-            if STORE_HALVES == 2:  # already the halves the store takes
-                streams = streams + (even, odd)
-            else:
-                streams = streams + (tl.reshape(tl.permute(tl.join(even, odd), (0, 1, 3, 2)), (2 * W, VB, R)),)
-    if STORE_HALVES == 2 and HALVES == 1:
+            streams = streams + (tl.reshape(tl.permute(tl.join(even, odd), (0, 1, 3, 2)), (2 * W, VB, R)),)
+    if _block_rows(D, V_BITS, VB * V_FIELDS)[2] == 2:  # the store's fields in halves (head_dim 128: 32-byte fields)
         streams = _field_halves(streams, W, VB, R)
     pz = ()
     for g in tl.static_range(VP // V_FIELDS):
