@@ -55,7 +55,7 @@ from kernels.decode.launch import DecodeConfig  # noqa: E402
 from kernels.decode.reference import attention_reference  # noqa: E402
 from kernels.format import QuantizedTensor  # noqa: E402
 from kernels.turbo.decode import gpu_config as turbo_gpu_config  # noqa: E402
-from bench_out import out_file  # noqa: E402
+from bench_out import out_file, save  # noqa: E402
 
 FORMATS = {"int2": "naive_int2", "int4": "saw_int4", "kivi2": "kivi2", "turboquant_k3v3": "turboquant_k3v3",
            "kivi2_rowmajor": "kivi2", "kivi4": "kivi4", "kivi4_rowmajor": "kivi4"}
@@ -329,17 +329,15 @@ def main() -> None:
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth()
     print(f"copy bandwidth: {copy_tbs} TB/s", flush=True)          # a log cut short keeps what its rows need
-    rows = []
+    device, rows = torch.cuda.get_device_name(), []
+    payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
+               "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
     for shape in shapes:
         for batch, ctx in args.points:
             point_rows = bench_point(shape, batch, ctx, formats, copy_tbs, launches)
             rows += point_rows
             print("rows:", json.dumps(point_rows), flush=True)
-    device = torch.cuda.get_device_name()
-    if out:
-        payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
-                   "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
-        out.write_text(json.dumps(payload, indent=1))
+            save(out, payload)
     print(markdown(device, copy_tbs, rows, args.q_tokens))
 
 

@@ -14,7 +14,8 @@ that key had one per row at every head_dim). Timings are CUDA-graph
 replays over inputs larger than L2 (bench_kernels.graph_ms). "of copy" divides the bytes a call must move
 by the device-to-device copy bandwidth measured in the same run. Before timing, every shape's INT2 and
 BF16 kernel calls are checked against `decode_attention_reference`. With $OUT set the rows also go to
-$OUT/bench_kernel_grid.json; the Markdown table is printed last. --from-json prints, from such files of one GPU,
+$OUT/bench_kernel_grid.json, rewritten after every point (a run stopped early keeps the points it timed); the
+Markdown table is printed last. --from-json prints, from such files of one GPU,
 the issue's kernel targets (`target_summary`), each point counted once (a later file's row of a point replaces an
 earlier one: a partial re-run over a full grid), then each file's table; with --against (other saved runs, e.g.
 another GPU's) first, per head_dim, how many times longer INT2 and SDPA took there at the same points
@@ -38,7 +39,7 @@ from bench_kernels import (AttnShape, _decode_bytes, bf16_bytes, bf16_kernel_arg
                            sdpa_call)
 from harness.cli_args import kernel_head_dims, positive_ints  # noqa: E402
 from kernels.decode import decode_attention, decode_attention_reference  # noqa: E402
-from bench_out import out_file  # noqa: E402
+from bench_out import out_file, save  # noqa: E402
 
 KV_HEADS = 8
 GRID_BATCHES, GRID_CTXS = [1, 3, 8, 32], [1024, 8192, 32768, 102400]    # the grid (with head_dim x group)
@@ -241,17 +242,16 @@ def main() -> None:
     failures = [f for shape in shapes for f in check_shape(shape)]
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth()
-    rows = []
+    print(f"copy bandwidth: {copy_tbs:.4f} TB/s", flush=True)
+    device, rows = torch.cuda.get_device_name(), []
+    payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
+               "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
     for shape in shapes:
         for batch in args.batches:
             for ctx in args.ctxs:
                 rows.append(bench_point(shape, batch, ctx, copy_tbs))
                 print("row:", json.dumps(rows[-1]), flush=True)
-    device = torch.cuda.get_device_name()
-    if out:
-        payload = {"device": device, "date": datetime.date.today().isoformat(), "argv": sys.argv,
-                   "copy_tbs": copy_tbs, "failures": failures, "rows": rows}
-        out.write_text(json.dumps(payload, indent=1))
+                save(out, payload)
     print(markdown(device, copy_tbs, rows))
 
 

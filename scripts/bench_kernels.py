@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import re
 import sys
 import time
@@ -40,7 +39,7 @@ from kernels.decode.reference import decode_attention_reference  # noqa: E402
 from kernels.reference import quantize_pack_reference  # noqa: E402
 from harness.cache import empty_history  # noqa: E402
 from kernels.format import QuantSpec  # noqa: E402
-from bench_out import out_file  # noqa: E402
+from bench_out import out_file, save  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 
@@ -381,18 +380,17 @@ def main() -> None:
     print("correctness:", "all passed" if not failures else failures, flush=True)
     copy_tbs = copy_bandwidth(256 << 20 if args.quick else 2 << 30)
     shapes = [] if args.write_only else QUICK_SHAPES if args.quick else FULL_SHAPES
-    decode_rows = []
+    decode_rows, write_rows = [], []
+    payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,
+               "failures": failures, "decode": decode_rows, "write": write_rows}
     for batch, ctx in shapes:
         decode_rows.append(bench_decode_point(batch, ctx, copy_tbs))
         print(decode_rows[-1], flush=True)
-    write_rows = bench_write(4096, 1, copy_tbs) + ([] if args.quick else
-                                                   bench_write(4096, 16, copy_tbs, tiles, clip_methods))
-    table = markdown(device, copy_tbs, decode_rows, write_rows)
-    if out:
-        payload = {"device": device, "date": datetime.date.today().isoformat(), "copy_tbs": copy_tbs,
-                   "failures": failures, "decode": decode_rows, "write": write_rows}
-        out.write_text(json.dumps(payload, indent=1))
-    print(table)
+        save(out, payload)
+    write_rows += bench_write(4096, 1, copy_tbs) + ([] if args.quick else
+                                                    bench_write(4096, 16, copy_tbs, tiles, clip_methods))
+    save(out, payload)
+    print(markdown(device, copy_tbs, decode_rows, write_rows))
 
 
 if __name__ == "__main__":

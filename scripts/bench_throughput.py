@@ -66,7 +66,7 @@ from harness.quantizer import build_quantizer, known_quantizers  # noqa: E402
 from harness.seam import install  # noqa: E402
 from harness.static_cache import DecodeStep, freeze  # noqa: E402
 from report.paper_throughput import at_budget_batch  # noqa: E402
-from bench_out import out_file  # noqa: E402
+from bench_out import out_file, save  # noqa: E402
 
 CONFIGS = {  # the public Qwen3 configs (no weights needed)
     "qwen3_4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
@@ -487,24 +487,23 @@ def main() -> None:
     ctxs, batches = args.ctx, args.batch
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth: {bandwidth / 1e12:.3f} TB/s (read + written)", flush=True)
-    rows = []
+    dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
+    stamp, rows = datetime.date.today().isoformat(), []
+    payload = {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
+               "placement": getattr(model, "hf_device_map", None), "budget_gb": None, "rows": rows,
+               "same_budget": []}
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
         row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions,
                              args.stagger)
         rows.append(with_floor(row, weights, bandwidth))
         print("row:", json.dumps({k: v for k, v in rows[-1].items() if not isinstance(v, list)}), flush=True)
+        save(out, payload)
     budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb
     budget_rows = [] if args.profile else same_budget_rows(model, rows, quantizers, ctxs[-1], budget_gb,
                                                            args.same_budget_cap, args, device, dtype, weights, bandwidth)
-    dev = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
-    stamp = datetime.date.today().isoformat()
-    if out:
-        out.write_text(json.dumps(
-            {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
-             "placement": getattr(model, "hf_device_map", None), "budget_gb": budget_gb,
-             "rows": rows, "same_budget": budget_rows},
-            indent=1))
+    payload.update(budget_gb=budget_gb, same_budget=budget_rows)
+    save(out, payload)
     cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
     print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`); copy bandwidth "
                          f"{bandwidth / 1e12:.3f} TB/s"))

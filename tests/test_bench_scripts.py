@@ -1,4 +1,5 @@
 """The GPU benchmark scripts' logic runs on CPU on tiny shapes (so they cannot rot)."""
+import json
 import os
 import re
 import subprocess
@@ -819,3 +820,30 @@ def test_out_folder_is_made_or_refused_before_anything_is_timed(tmp_path, monkey
                           timeout=300)
     assert proc.returncode != 0 and "cannot make that folder for the results" in proc.stderr
     assert "Traceback" not in proc.stderr and "copy bandwidth" not in proc.stdout
+
+
+def test_grid_keeps_the_points_timed_before_a_run_stops(tmp_path, monkeypatch):
+    """bench_kernel_grid.py rewrites $OUT's JSON after every point: a run stopped on its third point (a device call's
+    time limit, here an interrupt) leaves the first two points with the run's copy bandwidth."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import bench_kernel_grid as grid
+    timed = []
+
+    def fake_point(shape, batch, ctx, copy_tbs):
+        if len(timed) == 2:
+            raise KeyboardInterrupt
+        timed.append({"head_dim": shape.head_dim, "batch": batch, "ctx": ctx})
+        return timed[-1]
+
+    monkeypatch.setattr(grid.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(grid.torch.cuda, "get_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(grid, "check_shape", lambda shape: [])
+    monkeypatch.setattr(grid, "copy_bandwidth", lambda: 3.5)
+    monkeypatch.setattr(grid, "bench_point", fake_point)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["bench_kernel_grid.py", "--head-dims", "64", "--groups", "1",
+                                      "--batches", "1", "--ctxs", "1024,8192,32768"])
+    with pytest.raises(KeyboardInterrupt):
+        grid.main()
+    saved = json.loads((tmp_path / "bench_kernel_grid.json").read_text())
+    assert saved["rows"] == timed and [r["ctx"] for r in timed] == [1024, 8192] and saved["copy_tbs"] == 3.5
