@@ -288,25 +288,31 @@ def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions(
 
 
 def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
-    """`decode_sass.py --launches` compiles INT2's launch on every grid (head_dim 64 / 128 / 256, 8- and 16-row
-    programs) for sm_90a offline: no history loop spills except under the small grid's 128-register cap, and the
-    word loops stay below the byte loops' instruction counts (results/bench/decode_sass.md)."""
+    """`decode_sass.py --launches` compiles INT2's launch on every grid (head_dim 64 / 128 / 256, GQA 4 and 16) for
+    sm_90a offline, `four_row_pairs` applied as at run time: no history loop spills except under the small grid's
+    128-register cap; GQA 4 reads 4-row pair programs at head_dim 64 and wide pairs at 128 off the small grids, each
+    below the 8-row pair-word loop's instruction count (714 / 417 per 128 tokens, results/bench/decode_sass.md)."""
     proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--launches"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and
             line.split("|")[1].strip().isdigit()]
-    launches = {(int(r[0]), int(r[1]), r[2].strip()): (r[5].strip(), int(r[8]), int(r[9]), int(r[10])) for r in rows}
+    launches = {(int(r[0]), int(r[1]), r[2].strip()): (r[5].strip(), r[6].strip(), int(r[8]), int(r[9]), int(r[10]))
+                for r in rows}
     assert len(launches) == 24
-    for (head_dim, group, grid), (maxnreg, registers, per128, spills) in launches.items():
+    for (head_dim, group, grid), (maxnreg, _, registers, per128, spills) in launches.items():
         assert spills == 0 or maxnreg == "128", (head_dim, group, grid, spills)
-    assert launches[64, 4, "tiny"][1:] == (168, 714, 0)          # capped pair words: 6 programs per SM fit
-    assert launches[128, 4, "large"][2] < 420 and launches[256, 4, "large"][2] < 710   # 570 / 990 as bytes
+    four_rows = {key for key, launch in launches.items() if launch[1] == "4"}
+    assert four_rows == {(64, 4, grid) for grid in ("tiny", "small", "medium", "large")} | \
+        {(128, 4, "medium"), (128, 4, "large")}
+    assert launches[64, 4, "tiny"][2] <= 168 and launches[64, 4, "tiny"][3] < 714   # 6 programs per SM fit
+    assert launches[128, 4, "large"][3] < 417 and launches[256, 4, "large"][3] < 710   # 570 / 990 as bytes
 
 
 @pytest.mark.parametrize("layout", ["kivi2", "kivi4"])
 def test_decode_sass_launches_of_kivi_name_their_spills(layout):
-    """`decode_sass.py --launches --layout kivi2 / kivi4` compiles KIVI's launch (`launch_config`) on every grid for
+    """`decode_sass.py --launches --layout kivi2 / kivi4` compiles KIVI's launch (`launch_config`, then
+    `four_row_pairs`: KIVI-2's 4-row channel-key pair programs at head_dim 64, GQA 4) on every grid for
     sm_90a offline, with its 8-row programs and inline-PTX unpack. Its history loop spills only where the registers
     run out: under the small grid's 128-register cap, or at 255 (KIVI-2's 16-row programs at head_dim 64;
     bench_formats_kivi4_grid_h200.md lists the counts); KIVI-4 at head_dim 256, chunked (`_key_chunks`), not at all.
@@ -326,7 +332,8 @@ def test_decode_sass_launches_of_kivi_name_their_spills(layout):
         asm_kivi2 = head_dim == "128" or (head_dim == "64" and grid == "tiny")
         assert asm == str(asm_kivi4 if layout == "kivi4" else asm_kivi2)
         eight = group == "16" and head_dim == "256"
-        assert warp_rows == ("8" if eight else "None")
+        four = layout == "kivi2" and head_dim == "64" and group == "4"    # `four_row_pairs`: channel-key pairs
+        assert warp_rows == ("8" if eight else "4" if four else "None")
 
 
 def test_single_launch_merge_orders_its_memory_on_the_h100():

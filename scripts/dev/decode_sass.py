@@ -22,8 +22,9 @@ per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (a
 leading opcodes, and the shared-memory accesses and barriers by full opcode (LDS.U8: byte gathers), for the
 row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
 for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
-64 / 128 / 256 with GQA 4 (8-row programs) and 16 (16-row programs): registers, loop instructions per 128 tokens
-and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
+64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs` applied as at run time over this history
+(GQA 4: 4-row pair programs at head_dim 64, and on the medium and large grids wide pairs at 128; 8 rows
+elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
 other tree and run it there (it imports the kernels of the tree it sits in).
 """
 from __future__ import annotations
@@ -49,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.decode import (CHANNEL, GRIDS, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
                             DecodeConfig, _decode_stage1_kernel, default_config, launch_config)
-from kernels.decode.launch import _warp_rows  # noqa: E402
+from kernels.decode.common import PAIR_TILE_ROWS  # noqa: E402
+from kernels.decode.launch import _warp_rows, four_row_pairs  # noqa: E402
 try:  # trees before the pair-words flag (this script copied into an older tree: their kernels ignore PAIR_WORDS)
     from kernels.decode.launch import uses_pair_words  # noqa: E402
 except ImportError:
@@ -139,14 +141,21 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
     constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=layout.bits, V_BITS=layout.bits,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
-                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and cfg.token_pairs and d * layout.bits // 8 == 16
-                      and cfg.block_n // (2 * cfg.num_warps) >= 16,   # as `uses_token_pairs`
+                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and reads_pairs(cfg, layout, block_r),
                       PAIR_WORDS=uses_pair_words(cfg, block_r), WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
+
+
+def reads_pairs(cfg: DecodeConfig, layout: Layout, row_block: int) -> bool:
+    """Whether warp tiles of `row_block` query rows read pair rows, as `uses_token_pairs` decides at run time: 16-byte
+    tokens, or with cfg.wide_pairs 32-byte ones in PAIR_TILE_ROWS-row programs, and >= 16 pair rows per warp."""
+    widths = (16, 32) if cfg.wide_pairs and row_block == PAIR_TILE_ROWS else (16,)
+    return (cfg.token_pairs and layout.head_dim * layout.bits // 8 in widths
+            and cfg.block_n // (2 * cfg.num_warps) >= 16)
 
 
 def cuda_tool(tool: str, cubin: bytes, *flags: str) -> str:
@@ -250,7 +259,8 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None 
         for group in groups:
             layout = Layout(d, group * KV_HEADS, k_spec.group, v_spec.group, bool(kivi_bits), kivi_bits or BITS)
             for grid in GRIDS:
-                cfg = launch_config(d, True, grid, k_spec, v_spec, group)
+                cfg = four_row_pairs(launch_config(d, True, grid, k_spec, v_spec, group), grid, d, group, HIST,
+                                     k_spec, v_spec)
                 cfg = replace(cfg, maxnreg=None) if uncapped else cfg
                 fp = f" {registers(compile_stage1(cfg, layout, group, history=False).asm['cubin'])} |" if fp_only else ""
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
