@@ -4,6 +4,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
+    python scripts/dev/decode_sass.py --layout int2-wide --top 24  # head_dim 128, GQA 4, large grid: 8 rows, wide pairs
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --layout kivi4     # KIVI-4 (4-bit channel keys), head_dim 128: +- asm_unpack
@@ -82,7 +83,7 @@ class Layout:
         return not self.k_channel
 
 
-LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64),
+LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64), "int2-wide": Layout(),
            "kivi2": Layout(k_group=32, v_group=32, k_channel=True),
            "kivi2-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True),
            "kivi4": Layout(k_group=32, v_group=32, k_channel=True, bits=4),
@@ -133,11 +134,11 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
 def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: int | None = None,
                    history: bool = True):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch (warp-tile programs of
-    `_warp_rows(cfg, rows)` query rows; WARP_TILE_ROWS without rows); history=False: a call without history splits
+    `_warp_rows(cfg, rows)` query rows, rows the layout's GQA group by default); history=False: a call without history splits
     (HISTORY, `kernels.decode.launch.compiles_history`)."""
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
-    block_r = (_warp_rows(cfg, rows) if rows else WARP_TILE_ROWS) if warp_tiles else ROW_BLOCK
+    block_r = _warp_rows(cfg, rows or layout.q_heads // KV_HEADS) if warp_tiles else ROW_BLOCK
     constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=layout.bits, V_BITS=layout.bits,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
@@ -206,7 +207,8 @@ def kivi_specs(bits: int) -> tuple[QuantSpec, QuantSpec]:
 
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
-    int2-d64: warp tiles with and without token pairs; kivi2: its default (the row-major loop) and channel-key warp
+    int2-d64: warp tiles with and without token pairs; int2-wide: the large grid's 8-row launch (`launch_config`)
+    and what `four_row_pairs` makes of it at GQA 4 (4-row programs over wide pairs, as run); kivi2: its default (the row-major loop) and channel-key warp
     tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles over token pairs with one and two key
     groups per warp (128- and 256-token tiles, the latter the default), and without pairs; kivi4: the large grid's
     launch (`launch_config`) without and with asm_unpack (its default); kivi4-d64: one and two key groups per warp
@@ -221,6 +223,10 @@ def variants(name: str) -> list[DecodeConfig]:
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
         return [default, replace(default, token_pairs=False)]
+    if name == "int2-wide":
+        spec = QuantSpec(bits=BITS, group=layout.head_dim)
+        large = launch_config(layout.head_dim, True, "large", spec, spec, layout.q_heads // KV_HEADS)
+        return [large, four_row_pairs(large, "large", layout.head_dim, layout.q_heads // KV_HEADS, HIST, spec, spec)]
     channel_tiles = replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
     if name == "kivi2":
         return [default, channel_tiles]
@@ -231,7 +237,7 @@ def variants(name: str) -> list[DecodeConfig]:
 
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
-    pairs = cfg.token_pairs and layout.head_dim * layout.bits // 8 == 16
+    pairs = reads_pairs(cfg, layout, _warp_rows(cfg, layout.q_heads // KV_HEADS))
     if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
         return "warp tiles, channel keys" + (", pairs" if pairs else "")
     if not (cfg.warp_tiles and layout.per_token):
