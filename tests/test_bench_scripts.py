@@ -288,17 +288,20 @@ def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions(
 
 
 def test_decode_sass_compiles_the_wide_pairs_as_run_with_fewer_loop_instructions():
-    """`decode_sass.py --layout int2-wide`: the large grid's 8-row launch at head_dim 128, GQA 4, and the same launch
-    after `four_row_pairs` (4-row programs over 64-byte pair rows, as run), offline; the pairs' loop issues fewer
-    instructions per 128 tokens under the same 168-register cap (results/bench/bench_kernel_wide_pairs_limits_h200.md)."""
+    """`decode_sass.py --layout int2-wide`: the large grid's 8-row launch at head_dim 128, GQA 4, the same launch after
+    `four_row_pairs` (4-row programs over 64-byte pair rows) and after `column_meta_pairs` (as run), offline: each
+    issues fewer loop instructions per 128 tokens than the one before under the same 168-register cap, and the
+    column meta fewer block barriers (results/bench/bench_kernel_wide_pairs_limits_h200.md, _column_meta_h200.md)."""
     proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--layout", "int2-wide"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {row[0].strip(): row for row in (line.split("|")[1:-1] for line in proc.stdout.splitlines()
                                             if line.startswith("| warp"))}
-    assert set(rows) == {"warp tiles", "warp tiles, pairs"}
+    assert set(rows) == {"warp tiles", "warp tiles, pairs", "warp tiles, pairs, column meta"}
     per128 = {name: int(row[5]) for name, row in rows.items()}
-    assert per128["warp tiles, pairs"] < per128["warp tiles"]
+    barriers = {name: int(re.search(r"BAR\.SYNC\S* (\d+)", row[7]).group(1)) for name, row in rows.items()}
+    assert per128["warp tiles, pairs, column meta"] < per128["warp tiles, pairs"] < per128["warp tiles"]
+    assert barriers["warp tiles, pairs, column meta"] < barriers["warp tiles, pairs"]
     assert all(int(row[3]) <= 168 for row in rows.values())
 
 

@@ -189,7 +189,7 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
                                 start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D: tl.constexpr,
                                 K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
                                 V_GROUP: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr,
-                                FP16: tl.constexpr, ASM: tl.constexpr):
+                                COLUMNS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """`_history_warp_channel_keys` over pair rows (pairs.py: two 16-byte tokens per 32-byte row, head_dim 64 at 2
     bits, codes stored back to back), each warp's BLOCK_N / (2 * WARPS) pair rows one or more whole key groups. Each
     key field is dequantized with its row's group channel (scale, zero), repeated over the pair row's two tokens,
@@ -217,10 +217,10 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB)
     first = (start - start % K_GROUP) // 2                                           # the first group's first pair
-    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG, COLUMNS)
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
-        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG)   # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG, COLUMNS)   # a tile ahead
         k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB, 1)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
         packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,

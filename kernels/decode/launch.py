@@ -36,6 +36,9 @@ class DecodeConfig:
                               # channel_keys.py's `_history_warp_channel_pairs` for KIVI)
     wide_pairs: bool = False  # 4-row programs (warp_rows=4) read 32-byte tokens (head_dim 128 at 2 bits) as 64-byte
                               # pair rows too (`uses_token_pairs`)
+    column_meta: bool = False  # pair loops load each pair's two (scale, zero) as one [W, PW, 2] tensor per side,
+                               # repeated over each parity's columns at its use (pairs.py `_pair_meta`;
+                               # `column_meta_pairs` turns it on where it serves)
     warp_rows: int | None = None  # query rows per warp-tile program, 4, 8 or 16 (None: 8 up to 8 rows, else 16)
     channel_key_tiles: bool = False  # per-channel keys on warp tiles, whole key groups per warp (channel_keys.py;
                                      # `launch_config` turns it on where it serves)
@@ -392,7 +395,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps`, `eight_row_programs` and `four_row_pairs`; without packed history `fp_only_launch`."""
+    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs` and `column_meta_pairs`; without packed history
+    `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -401,7 +405,26 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
     if history_tokens == 0:
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
-    return four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
+    return column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
+                             head_dim, k_spec, v_spec)
+
+
+def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: QuantSpec,
+                      v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with `column_meta` (pairs.py `_pair_meta`: each pair's two (scale, zero) loaded as one [W, PW, 2] tensor
+    and repeated over each parity's columns at its use, 8 block barriers per tile where four [W, PW, 1] tensors per
+    side took 16 at head_dim 128) where it was measured faster. H200, 2026-12-02, two rounds, trees alternating
+    (results/bench/bench_kernel_column_meta_h200.md): KIVI-2's channel-key pairs at head_dim 64 0.90-0.96x the time
+    on the medium and large grids (batch 3 / 8 at 32k, 32 / 100k); 2-bit pairs with one (scale, zero) per token
+    (head_dim 64, and 128's wide pairs) 0.95-0.96x on the large grid (batch 32 / 100k) but 1.00-1.04x on the medium
+    one (batch 3 / 8 at 32k), which keeps the four tensors. Timed in 4-row programs (GQA 1 and 4) only; the tiny and
+    small grids and 8- / 16-row pair programs keep theirs. An explicit cfg.column_meta is kept."""
+    if cfg.column_meta or not cfg.token_pairs or cfg.warp_rows != PAIR_TILE_ROWS:
+        return cfg
+    channel_pairs = channel_key_layouts(cfg, k_spec, v_spec, head_dim) and grid in ("medium", "large")
+    token_pairs = single_group_layouts(k_spec, v_spec, head_dim) and grid == "large"
+    two_bit = k_spec.container_bits == v_spec.container_bits == 2
+    return replace(cfg, column_meta=True) if two_bit and (channel_pairs or token_pairs) else cfg
 
 
 def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int, k_spec: QuantSpec,
@@ -760,7 +783,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             K_LAYOUT=_layout(k_spec, head_dim), V_LAYOUT=_layout(v_spec, head_dim),
             K_GROUP=k_spec.group, V_GROUP=v_spec.group,
             WARP_TILES=warp_tiles, TOKEN_PAIRS=token_pairs, PAIR_WORDS=uses_pair_words(cfg, row_block),
-            WARPS=cfg.num_warps, BLOCK_R=row_block,
+            COLUMN_META=cfg.column_meta and token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
             HISTORY=compiles_history(hist_splits, cfg), num_warps=cfg.num_warps,

@@ -40,39 +40,75 @@ def _block_diagonal(x, KB: tl.constexpr, R: tl.constexpr):
 
 
 @triton.jit
-def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n, GROUPS: tl.constexpr):
-    """(scale, zero) of both tokens of every pair row for each of a token's GROUPS groups: a tuple of GROUPS tuples of
-    four [..., 1] tensors s_even, z_even, s_odd, z_odd (fp32)."""
-    even = 2 * tl.expand_dims(pairs, -1)
+def _pair_meta(s_ptr, z_ptr, pairs, end, stride_n, GROUPS: tl.constexpr, COLUMNS: tl.constexpr):
+    """(scale, zero) of both tokens of every pair row [W, PW] for each of a token's GROUPS groups: a tuple of GROUPS
+    tuples, each of four [W, PW, 1] fp32 tensors s_even, z_even, s_odd, z_odd or, with COLUMNS, of two [W, PW, 2]
+    tensors s, z in the stored dtype (a pair's two tokens are adjacent: one load each), which `_meta_columns`
+    repeats over each parity's columns where they are used (`DecodeConfig.column_meta`)."""
     metas = ()
-    for g in tl.static_range(GROUPS):
-        s_e = tl.load(s_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
-        z_e = tl.load(z_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
-        s_o = tl.load(s_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
-        z_o = tl.load(z_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
-        metas = metas + ((s_e, z_e, s_o, z_o),)
+    if COLUMNS:
+        token = 2 * pairs[:, :, None] + tl.arange(0, 2)[None, None, :]              # [W, PW, 2]
+        for g in tl.static_range(GROUPS):
+            s = tl.load(s_ptr + g + token * stride_n, mask=token < end, other=0.0)
+            z = tl.load(z_ptr + g + token * stride_n, mask=token < end, other=0.0)
+            metas = metas + ((s, z),)
+    else:
+        even = 2 * tl.expand_dims(pairs, -1)
+        for g in tl.static_range(GROUPS):
+            s_e = tl.load(s_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+            z_e = tl.load(z_ptr + g + even * stride_n, mask=even < end, other=0.0).to(tl.float32)
+            s_o = tl.load(s_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+            z_o = tl.load(z_ptr + g + (even + 1) * stride_n, mask=even + 1 < end, other=0.0).to(tl.float32)
+            metas = metas + ((s_e, z_e, s_o, z_o),)
     return metas
+
+
+@triton.jit
+def _meta_columns(meta, like):
+    """`_pair_meta`'s (s, z) of one group, each [W, PW, 2] -> each [W, PW, 2R] fp32 shaped like `like` [W, PW, 2R],
+    column c holding its token's (parity c // R) value. Repeated after the loop-carried load, not before it, so the
+    compiler moves them into the MMA layout with matrix stores and loads at their use, a tile after their load."""
+    W: tl.constexpr = like.shape[0]
+    PW: tl.constexpr = like.shape[1]
+    R: tl.constexpr = like.shape[2] // 2
+    s, z = meta
+    s = tl.reshape(tl.broadcast_to(s[:, :, :, None], (W, PW, 2, R)), (W, PW, 2 * R)).to(tl.float32)
+    z = tl.reshape(tl.broadcast_to(z[:, :, :, None], (W, PW, 2, R)), (W, PW, 2 * R)).to(tl.float32)
+    return s, z
 
 
 @triton.jit
 def _fold_key_meta(qk, q_sum2, meta, R: tl.constexpr):
     """Raw pair scores [W, PR, 2R] (TINY fields) -> s * (q.c * 2^24 - z * sum(q)) with each column's token's
-    (scale, zero). Both parities are computed on the whole tile and selected: the [W, PR, 1] metadata then
-    meets the dot's result directly and no [W, PR, 2R] tensor changes layout."""
-    s_e, z_e, s_o, z_o = meta
-    odd = (tl.arange(0, 2 * R) >= R)[None, None, :]                                  # [1, 1, 2R]
+    (scale, zero) (`_pair_meta`'s either form). In the four-tensor form both parities are computed on the whole
+    tile and selected: the [W, PR, 1] metadata then meets the dot's result directly and no [W, PR, 2R] tensor
+    changes layout."""
     base = qk * TINY_SCALE
     q_sum2 = q_sum2[None, None, :]
-    return tl.where(odd, (base - q_sum2 * z_o) * s_o, (base - q_sum2 * z_e) * s_e)
+    if len(meta) == 2:
+        s, z = _meta_columns(meta, qk)
+        out = (base - q_sum2 * z) * s
+    else:
+        s_e, z_e, s_o, z_o = meta
+        odd = (tl.arange(0, 2 * R) >= R)[None, None, :]                              # [1, 1, 2R]
+        out = tl.where(odd, (base - q_sum2 * z_o) * s_o, (base - q_sum2 * z_e) * s_e)
+    return out
 
 
 @triton.jit
 def _scale_probs(p, meta, R: tl.constexpr):
-    """p [W, PR, 2R] -> (p * scale, p * scale * zero) with each column's token's value (scale, zero)."""
-    s_e, z_e, s_o, z_o = meta
-    odd = (tl.arange(0, 2 * R) >= R)[None, None, :]
-    pv = tl.where(odd, p * s_o, p * s_e)
-    return pv, tl.where(odd, pv * z_o, pv * z_e)
+    """p [W, PR, 2R] -> (p * scale, p * scale * zero) with each column's token's value (scale, zero) (`_pair_meta`'s
+    either form)."""
+    if len(meta) == 2:
+        s, z = _meta_columns(meta, p)
+        pv = p * s
+        pvz = pv * z
+    else:
+        s_e, z_e, s_o, z_o = meta
+        odd = (tl.arange(0, 2 * R) >= R)[None, None, :]
+        pv = tl.where(odd, p * s_o, p * s_e)
+        pvz = tl.where(odd, pv * z_o, pv * z_e)
+    return pv, pvz
 
 
 @triton.jit
@@ -144,11 +180,13 @@ def _diagonal_blocks(acc, W: tl.constexpr, VB: tl.constexpr, R: tl.constexpr):
 def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr,
                         start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                         D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        WARPS: tl.constexpr, WORDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
+                        WARPS: tl.constexpr, WORDS: tl.constexpr, COLUMNS: tl.constexpr, FP16: tl.constexpr,
+                        ASM: tl.constexpr):
     """`_history_warp_tiles` over pair rows of a history whose codes are contiguous (token stride = bytes per
     token): tokens [start, end) of one KV head, BLOCK_N tokens (BLOCK_N / 2 pair rows) per tile, one sub-tile of
     pair rows per warp; the codes as 16-bit words where WORDS (`kernels.decode.launch.uses_pair_words`), else as
-    bytes. Stores o and lse like the other history loops."""
+    bytes; the (scale, zero) in `_pair_meta`'s COLUMNS form where so. Stores o and lse like the other history
+    loops."""
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
     VP: tl.constexpr = 8 // V_BITS
@@ -174,12 +212,12 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     kb = tl.arange(0, 2 * KB // KH)
     first = start // 2
-    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1)
-    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1)
+    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1, COLUMNS)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1, COLUMNS)
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
-        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1)         # a tile ahead
-        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1)
+        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)         # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)            # [WARPS, PW, 2KB / KH]
         if KH == 2:
             packed = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, :, None] * KB + kb[None, None, :],

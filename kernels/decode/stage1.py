@@ -25,8 +25,8 @@ def _decode_stage1_kernel(
     stride_fb, stride_fh, stride_fn,
     GROUP: tl.constexpr, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
     K_LAYOUT: tl.constexpr, V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
-    WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, WARPS: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
+    WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, COLUMN_META: tl.constexpr,
+    WARPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr, HISTORY: tl.constexpr,
 ):
     if PDL:                                              # stage 2's programs may be scheduled once all of ours run
@@ -42,7 +42,7 @@ def _decode_stage1_kernel(
                          stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
                          stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
                          D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, WARP_TILES, TOKEN_PAIRS,
-                         PAIR_WORDS, WARPS, BLOCK_N, FP16, ASM_UNPACK)
+                         PAIR_WORDS, COLUMN_META, WARPS, BLOCK_N, FP16, ASM_UNPACK)
     else:
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
                     split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
@@ -59,8 +59,8 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
                      stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
                      D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_LAYOUT: tl.constexpr,
                      V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, WARP_TILES: tl.constexpr,
-                     TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, WARPS: tl.constexpr,
-                     BLOCK_N: tl.constexpr, FP16: tl.constexpr, ASM_UNPACK: tl.constexpr):
+                     TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, COLUMN_META: tl.constexpr,
+                     WARPS: tl.constexpr, BLOCK_N: tl.constexpr, FP16: tl.constexpr, ASM_UNPACK: tl.constexpr):
     """History split `split` of (sequence b, KV head h): the loop of its layout and launch."""
     start, end = _split_bounds(tl.load(hist_start_ptr + b), tl.load(hist_len_ptr + b), split,
                                n_hist_splits, BLOCK_N)
@@ -70,7 +70,7 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
         _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                     vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
                                     part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, K_GROUP, V_GROUP, BLOCK_N,
-                                    WARPS, FP16, ASM_UNPACK)
+                                    WARPS, COLUMN_META, FP16, ASM_UNPACK)
     elif WARP_TILES and K_LAYOUT == 2:
         _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                    vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
@@ -79,8 +79,8 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
     elif TOKEN_PAIRS:
         _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                             vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
-                            part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, BLOCK_N, WARPS, PAIR_WORDS, FP16,
-                            ASM_UNPACK)
+                            part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, BLOCK_N, WARPS, PAIR_WORDS,
+                            COLUMN_META, FP16, ASM_UNPACK)
     elif WARP_TILES:
         _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                             vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,

@@ -5,6 +5,7 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
     python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
     python scripts/dev/decode_sass.py --layout int2-wide --top 24  # head_dim 128, GQA 4, large grid: 8 rows, wide pairs
+                                                                   # with four (scale, zero) tensors and column meta
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --layout kivi4     # KIVI-4 (4-bit channel keys), head_dim 128: +- asm_unpack
@@ -23,9 +24,9 @@ per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (a
 leading opcodes, and the shared-memory accesses and barriers by full opcode (LDS.U8: byte gathers), for the
 row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
 for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
-64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs` applied as at run time over this history
-(GQA 4: 4-row pair programs at head_dim 64, and on the medium and large grids wide pairs at 128; 8 rows
-elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
+64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs` and `column_meta_pairs` applied as at run
+time over this history (GQA 4: 4-row pair programs at head_dim 64, and on the medium and large grids wide pairs at
+128; 8 rows elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
 other tree and run it there (it imports the kernels of the tree it sits in).
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.decode import (CHANNEL, GRIDS, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
                             DecodeConfig, _decode_stage1_kernel, default_config, launch_config)
 from kernels.decode.common import PAIR_TILE_ROWS  # noqa: E402
-from kernels.decode.launch import _warp_rows, four_row_pairs  # noqa: E402
+from kernels.decode.launch import _warp_rows, column_meta_pairs, four_row_pairs  # noqa: E402
 try:  # trees before the pair-words flag (this script copied into an older tree: their kernels ignore PAIR_WORDS)
     from kernels.decode.launch import uses_pair_words  # noqa: E402
 except ImportError:
@@ -143,7 +144,9 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
                       WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and reads_pairs(cfg, layout, block_r),
-                      PAIR_WORDS=uses_pair_words(cfg, block_r), WARPS=cfg.num_warps, BLOCK_R=block_r,
+                      PAIR_WORDS=uses_pair_words(cfg, block_r),
+                      COLUMN_META=cfg.column_meta and reads_pairs(cfg, layout, block_r), WARPS=cfg.num_warps,
+                      BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -207,8 +210,9 @@ def kivi_specs(bits: int) -> tuple[QuantSpec, QuantSpec]:
 
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
-    int2-d64: warp tiles with and without token pairs; int2-wide: the large grid's 8-row launch (`launch_config`)
-    and what `four_row_pairs` makes of it at GQA 4 (4-row programs over wide pairs, as run); kivi2: its default (the row-major loop) and channel-key warp
+    int2-d64: warp tiles with and without token pairs; int2-wide: the large grid's 8-row launch (`launch_config`),
+    what `four_row_pairs` makes of it at GQA 4 (4-row programs over wide pairs) and `column_meta_pairs` then (as
+    run); kivi2: its default (the row-major loop) and channel-key warp
     tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles over token pairs with one and two key
     groups per warp (128- and 256-token tiles, the latter the default), and without pairs; kivi4: the large grid's
     launch (`launch_config`) without and with asm_unpack (its default); kivi4-d64: one and two key groups per warp
@@ -226,7 +230,8 @@ def variants(name: str) -> list[DecodeConfig]:
     if name == "int2-wide":
         spec = QuantSpec(bits=BITS, group=layout.head_dim)
         large = launch_config(layout.head_dim, True, "large", spec, spec, layout.q_heads // KV_HEADS)
-        return [large, four_row_pairs(large, "large", layout.head_dim, layout.q_heads // KV_HEADS, HIST, spec, spec)]
+        pairs = four_row_pairs(large, "large", layout.head_dim, layout.q_heads // KV_HEADS, HIST, spec, spec)
+        return [large, pairs, column_meta_pairs(pairs, "large", layout.head_dim, spec, spec)]
     channel_tiles = replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
     if name == "kivi2":
         return [default, channel_tiles]
@@ -238,6 +243,8 @@ def variants(name: str) -> list[DecodeConfig]:
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
     pairs = reads_pairs(cfg, layout, _warp_rows(cfg, layout.q_heads // KV_HEADS))
+    if pairs and cfg.column_meta:
+        return ("warp tiles, channel keys" if layout.k_channel else "warp tiles") + ", pairs, column meta"
     if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
         return "warp tiles, channel keys" + (", pairs" if pairs else "")
     if not (cfg.warp_tiles and layout.per_token):
@@ -267,6 +274,7 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None 
             for grid in GRIDS:
                 cfg = four_row_pairs(launch_config(d, True, grid, k_spec, v_spec, group), grid, d, group, HIST,
                                      k_spec, v_spec)
+                cfg = column_meta_pairs(cfg, grid, d, k_spec, v_spec)
                 cfg = replace(cfg, maxnreg=None) if uncapped else cfg
                 fp = f" {registers(compile_stage1(cfg, layout, group, history=False).asm['cubin'])} |" if fp_only else ""
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
