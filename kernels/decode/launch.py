@@ -416,7 +416,7 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
     side took 16 at head_dim 128) where it was measured faster. H200, 2026-12-02, two rounds, trees alternating
     (results/bench/bench_kernel_column_meta_h200.md): KIVI-2's channel-key pairs at head_dim 64 0.90-0.96x the time
     on the medium and large grids (batch 3 / 8 at 32k, 32 / 100k); 2-bit pairs with one (scale, zero) per token
-    (head_dim 64, and 128's wide pairs) 0.95-0.96x on the large grid (batch 32 / 100k) but 1.00-1.04x on the medium
+    (head_dim 64, and 128's wide pairs) 0.95-0.96x on the large grid (batch 32 / 100k) but 1.01-1.03x on the medium
     one (batch 3 / 8 at 32k), which keeps the four tensors. Timed in 4-row programs (GQA 1 and 4) only; the tiny and
     small grids and 8- / 16-row pair programs keep theirs. An explicit cfg.column_meta is kept."""
     if cfg.column_meta or not cfg.token_pairs or cfg.warp_rows != PAIR_TILE_ROWS:
