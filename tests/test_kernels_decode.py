@@ -511,17 +511,19 @@ def test_column_meta_pairs_match_reference_and_the_four_tensor_form(layout, head
 
 
 def test_column_meta_only_where_it_was_measured_faster():
-    """`default_launch` loads the pair loops' (scale, zero) per column (`column_meta_pairs`) in 4-row programs on the
-    large grid for 2-bit tokens with one (scale, zero) each (head_dim 64, 128's wide pairs) and on the medium and large
-    grids for KIVI-2's channel-key pairs (results/bench/bench_kernel_column_meta_h200.md); not on the medium grid for
-    the former, not on the tiny grid, not for 8-row pair programs and not without pairs."""
+    """`default_launch` loads the pair loops' (scale, zero) per column (`column_meta_pairs`) in 4-row programs for 2-bit
+    tokens with one (scale, zero) each (head_dim 64, 128's wide pairs) on every grid but the medium one, and for
+    KIVI-2's channel-key pairs on the medium and large grids (results/bench/bench_kernel_column_meta_h200.md); not
+    for 8-row pair programs and not without pairs."""
     kivi2 = QuantSpec(bits=2, group=32, axis="channel")
     for head_dim in (64, 128):
         assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 256, 132, 102400).column_meta  # large
         assert not default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 64, 132, 32768).column_meta
+    for units, history in [(8, 8192), (8, 102400), (16, 32768)]:                                      # tiny, small
+        assert default_launch(64, INT2[64], INT2[64], 3, units, 132, history).column_meta
+        assert not default_launch(64, kivi2, INT2[64], 3, units, 132, history).column_meta
     for units, history in [(24, 32768), (64, 32768), (256, 102400)]:
         assert default_launch(64, kivi2, INT2[64], 4, units, 132, history).column_meta
-    assert not default_launch(64, kivi2, INT2[64], 4, 8, 132, 32768).column_meta                      # tiny grid
     assert not default_launch(64, INT2[64], INT2[64], 8, 256, 132, 102400).column_meta               # 8 rows
     assert not default_launch(256, INT2[256], INT2[256], 4, 256, 132, 102400).column_meta            # no pairs
     assert not default_launch(64, INT2[64], INT2[64], 4, 256, 132, 0, 4096).column_meta              # no history

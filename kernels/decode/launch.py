@@ -413,16 +413,20 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
                       v_spec: QuantSpec) -> DecodeConfig:
     """cfg with `column_meta` (pairs.py `_pair_meta`: each pair's two (scale, zero) loaded as one [W, PW, 2] tensor
     and repeated over each parity's columns at its use, 8 block barriers per tile where four [W, PW, 1] tensors per
-    side took 16 at head_dim 128) where it was measured faster. H200, 2026-12-02, two rounds, trees alternating
-    (results/bench/bench_kernel_column_meta_h200.md): KIVI-2's channel-key pairs at head_dim 64 0.90-0.96x the time
-    on the medium and large grids (batch 3 / 8 at 32k, 32 / 100k); 2-bit pairs with one (scale, zero) per token
-    (head_dim 64, and 128's wide pairs) 0.95-0.96x on the large grid (batch 32 / 100k) but 1.01-1.03x on the medium
-    one (batch 3 / 8 at 32k), which keeps the four tensors. Timed in 4-row programs (GQA 1 and 4) only; the tiny and
-    small grids and 8- / 16-row pair programs keep theirs. An explicit cfg.column_meta is kept."""
+    side took 16 at head_dim 128) where it was measured faster; H200, 2026-12-02,
+    results/bench/bench_kernel_column_meta_h200.md:
+    - KIVI-2's channel-key pairs at head_dim 64: 0.90-0.96x the time on the medium and large grids (batch 3 / 8 at 32k,
+      32 / 100k; two rounds, trees alternating); on the tiny and small grids 0.97-1.05x (one round): not taken there;
+    - 2-bit pairs with one (scale, zero) per token (head_dim 64, and 128's wide pairs): 0.95-0.96x on the large grid
+      (batch 32 / 100k, two rounds) but 1.01-1.03x on the medium one (batch 3 / 8 at 32k), which keeps the four
+      tensors; on the tiny and small grids (head_dim 64, batch 1-2, 8k-100k, GQA 1 and 3) 0.93-0.98x at 9 of 10
+      points and 1.02x at batch 1 / 8k (8 us) in one round, 0.97-0.98x at batch 1 / 32k in another.
+    Timed in 4-row programs (GQA 1-4) only; 8- and 16-row pair programs keep theirs. An explicit cfg.column_meta is
+    kept."""
     if cfg.column_meta or not cfg.token_pairs or cfg.warp_rows != PAIR_TILE_ROWS:
         return cfg
     channel_pairs = channel_key_layouts(cfg, k_spec, v_spec, head_dim) and grid in ("medium", "large")
-    token_pairs = single_group_layouts(k_spec, v_spec, head_dim) and grid == "large"
+    token_pairs = single_group_layouts(k_spec, v_spec, head_dim) and grid != "medium"
     two_bit = k_spec.container_bits == v_spec.container_bits == 2
     return replace(cfg, column_meta=True) if two_bit and (channel_pairs or token_pairs) else cfg
 
