@@ -216,7 +216,7 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1, COLUMNS)
     for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
-        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)         # a tile ahead
+        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
         v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
         k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)            # [WARPS, PW, 2KB / KH]
         if KH == 2:

@@ -26,8 +26,9 @@ row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history
 for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
 64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs` and `column_meta_pairs` applied as at run
 time over this history (GQA 4: 4-row pair programs at head_dim 64, and on the medium and large grids wide pairs at
-128; 8 rows elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the loop. To compare trees, copy this script into a `git archive` of the
-other tree and run it there (it imports the kernels of the tree it sits in).
+128; 8 rows elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the
+loop. To compare trees, copy this script into a `git archive` of the other tree and run it there (it imports the
+kernels of the tree it sits in).
 """
 from __future__ import annotations
 
@@ -135,8 +136,8 @@ def compile_for_h100(kernel, constexprs: dict, scalars: dict, pointer_types: dic
 def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: int | None = None,
                    history: bool = True):
     """triton.compile of stage 1 for sm_90a, specialized like the runtime launch (warp-tile programs of
-    `_warp_rows(cfg, rows)` query rows, rows the layout's GQA group by default); history=False: a call without history splits
-    (HISTORY, `kernels.decode.launch.compiles_history`)."""
+    `_warp_rows(cfg, rows)` query rows, rows the layout's GQA group by default); history=False: a call without
+    history splits (HISTORY, `kernels.decode.launch.compiles_history`)."""
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
     block_r = _warp_rows(cfg, rows or layout.q_heads // KV_HEADS) if warp_tiles else ROW_BLOCK
