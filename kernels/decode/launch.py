@@ -412,8 +412,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
 def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: QuantSpec,
                       v_spec: QuantSpec) -> DecodeConfig:
     """cfg with `column_meta` (pairs.py `_pair_meta`: each pair's two (scale, zero) loaded as one [W, PW, 2] tensor
-    and repeated over each parity's columns at its use, 8 block barriers per tile where four [W, PW, 1] tensors per
-    side took 16 at head_dim 128) where it was measured faster; H200, 2026-12-02,
+    and repeated over each parity's columns at its use: 8 block barriers per tile at head_dim 128 where four
+    [W, PW, 1] tensors per side had 16) where it was measured faster; H200, 2026-12-02,
     results/bench/bench_kernel_column_meta_h200.md:
     - KIVI-2's channel-key pairs at head_dim 64: 0.90-0.96x the time on the medium and large grids (batch 3 / 8 at 32k,
       32 / 100k; two rounds, trees alternating); on the tiny and small grids 0.97-1.05x (one round): not taken there;
@@ -581,16 +581,23 @@ def uses_warp_tiles(cfg: DecodeConfig, k_spec: QuantSpec, v_spec: QuantSpec, hea
 
 def uses_token_pairs(cfg: DecodeConfig, k_codes: torch.Tensor, v_codes: torch.Tensor, k_spec: QuantSpec,
                      v_spec: QuantSpec, head_dim: int) -> bool:
-    """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into 16 bytes
-    (head_dim 64 at 2 bits) stored back to back, and each warp owns >= 16 pair rows (the MMA's M and K): with one
-    (scale, zero) per token, or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: whole key groups
-    per warp, channel_keys.py's `_history_warp_channel_pairs`); with cfg.wide_pairs, 4-row programs read 32-byte tokens
-    (head_dim 128 at 2 bits) as 64-byte pair rows too."""
-    widths = (16, 32) if cfg.wide_pairs and cfg.warp_rows == PAIR_TILE_ROWS else (16,)
+    """Warp tiles read pair rows (kernels/decode/pairs.py) where both K and V pack a token into the same bytes, stored
+    back to back, and `reads_token_pairs` holds for that width."""
     width = k_codes.shape[-1]
-    narrow = width in widths and all(codes.shape[-1] == width == codes.stride(-2) for codes in (k_codes, v_codes))
+    contiguous = all(codes.shape[-1] == width == codes.stride(-2) for codes in (k_codes, v_codes))
+    return contiguous and reads_token_pairs(cfg, width, k_spec, v_spec, head_dim)
+
+
+def reads_token_pairs(cfg: DecodeConfig, token_bytes: int, k_spec: QuantSpec, v_spec: QuantSpec,
+                      head_dim: int) -> bool:
+    """Whether warp tiles over tokens of `token_bytes` bytes, stored back to back, read pair rows: 16-byte tokens
+    (head_dim 64 at 2 bits) where each warp owns >= 16 pair rows (the MMA's M and K), with one (scale, zero) per token,
+    or with KIVI's per-channel keys on warp tiles (`channel_key_layouts`: whole key groups per warp, channel_keys.py's
+    `_history_warp_channel_pairs`); with cfg.wide_pairs, 4-row programs read 32-byte tokens (head_dim 128 at 2 bits)
+    as 64-byte pair rows too."""
+    widths = (16, 32) if cfg.wide_pairs and cfg.warp_rows == PAIR_TILE_ROWS else (16,)
     layouts = single_group_layouts(k_spec, v_spec, head_dim) or channel_key_layouts(cfg, k_spec, v_spec, head_dim)
-    return (cfg.token_pairs and narrow and cfg.block_n // (2 * cfg.num_warps) >= 16
+    return (cfg.token_pairs and token_bytes in widths and cfg.block_n // (2 * cfg.num_warps) >= 16
             and uses_warp_tiles(cfg, k_spec, v_spec, head_dim) and layouts)
 
 

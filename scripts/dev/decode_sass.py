@@ -53,13 +53,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.decode import (CHANNEL, GRIDS, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUPED, WARP_TILE_ROWS,  # noqa: E402
                             DecodeConfig, _decode_stage1_kernel, default_config, launch_config)
-from kernels.decode.common import PAIR_TILE_ROWS  # noqa: E402
-from kernels.decode.launch import _warp_rows, column_meta_pairs, four_row_pairs  # noqa: E402
-try:  # trees before the pair-words flag (this script copied into an older tree: their kernels ignore PAIR_WORDS)
-    from kernels.decode.launch import uses_pair_words  # noqa: E402
-except ImportError:
-    def uses_pair_words(cfg, row_block):
-        return True
+from kernels.decode import launch as launch_rules  # noqa: E402
+from kernels.decode.launch import _warp_rows  # noqa: E402
+
+# Launch rules an older tree may lack (this script copied into it to compare trees): there the launch did without
+# them, and its kernels ignore the constexprs they feed (PAIR_WORDS, COLUMN_META).
+uses_pair_words = getattr(launch_rules, "uses_pair_words", lambda cfg, row_block: True)
+four_row_pairs = getattr(launch_rules, "four_row_pairs", lambda cfg, *rule_args: cfg)
+column_meta_pairs = getattr(launch_rules, "column_meta_pairs", lambda cfg, *rule_args: cfg)
+reads_token_pairs = getattr(launch_rules, "reads_token_pairs", lambda cfg, token_bytes, *specs: (
+    cfg.token_pairs and token_bytes == 16 and cfg.block_n // (2 * cfg.num_warps) >= 16))
 from kernels.format import QuantSpec  # noqa: E402
 
 KV_HEADS, HIST, FP_ROWS, BITS = 8, 32448, 320, 2
@@ -83,6 +86,15 @@ class Layout:
     @property
     def per_token(self) -> bool:
         return not self.k_channel
+
+    def specs(self) -> tuple[QuantSpec, QuantSpec]:
+        """The (key, value) QuantSpecs of this layout."""
+        return (QuantSpec(bits=self.bits, group=self.k_group, axis="channel" if self.k_channel else "token"),
+                QuantSpec(bits=self.bits, group=self.v_group))
+
+    def reads_pairs(self, cfg: DecodeConfig) -> bool:
+        """Whether `cfg`'s warp tiles read pair rows of this layout's tokens (`reads_token_pairs`, as at run time)."""
+        return reads_token_pairs(cfg, self.head_dim * self.bits // 8, *self.specs(), self.head_dim)
 
 
 LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64), "int2-wide": Layout(),
@@ -141,26 +153,17 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
     d = layout.head_dim
     warp_tiles = cfg.warp_tiles and (layout.per_token or cfg.channel_key_tiles)
     block_r = _warp_rows(cfg, rows or layout.q_heads // KV_HEADS) if warp_tiles else ROW_BLOCK
+    pairs = warp_tiles and layout.reads_pairs(cfg)
     constexprs = dict(GROUP=layout.q_heads // KV_HEADS, D=d, K_BITS=layout.bits, V_BITS=layout.bits,
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
-                      WARP_TILES=warp_tiles, TOKEN_PAIRS=warp_tiles and reads_pairs(cfg, layout, block_r),
-                      PAIR_WORDS=uses_pair_words(cfg, block_r),
-                      COLUMN_META=cfg.column_meta and reads_pairs(cfg, layout, block_r), WARPS=cfg.num_warps,
-                      BLOCK_R=block_r,
+                      WARP_TILES=warp_tiles, TOKEN_PAIRS=pairs, PAIR_WORDS=uses_pair_words(cfg, block_r),
+                      COLUMN_META=cfg.column_meta and pairs, WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
-
-
-def reads_pairs(cfg: DecodeConfig, layout: Layout, row_block: int) -> bool:
-    """Whether warp tiles of `row_block` query rows read pair rows, as `uses_token_pairs` decides at run time: 16-byte
-    tokens, or with cfg.wide_pairs 32-byte ones in PAIR_TILE_ROWS-row programs, and >= 16 pair rows per warp."""
-    widths = (16, 32) if cfg.wide_pairs and row_block == PAIR_TILE_ROWS else (16,)
-    return (cfg.token_pairs and layout.head_dim * layout.bits // 8 in widths
-            and cfg.block_n // (2 * cfg.num_warps) >= 16)
 
 
 def cuda_tool(tool: str, cubin: bytes, *flags: str) -> str:
@@ -243,14 +246,15 @@ def variants(name: str) -> list[DecodeConfig]:
 
 
 def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
-    pairs = reads_pairs(cfg, layout, _warp_rows(cfg, layout.q_heads // KV_HEADS))
-    if pairs and cfg.column_meta:
-        return ("warp tiles, channel keys" if layout.k_channel else "warp tiles") + ", pairs, column meta"
     if cfg.warp_tiles and cfg.channel_key_tiles and layout.k_channel:
-        return "warp tiles, channel keys" + (", pairs" if pairs else "")
-    if not (cfg.warp_tiles and layout.per_token):
+        name = "warp tiles, channel keys"
+    elif cfg.warp_tiles and layout.per_token:
+        name = "warp tiles"
+    else:
         return "row-major"
-    return "warp tiles, pairs" if pairs else "warp tiles"
+    if not layout.reads_pairs(cfg):
+        return name
+    return name + (", pairs, column meta" if cfg.column_meta else ", pairs")
 
 
 def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
