@@ -45,6 +45,7 @@ from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"      # compile only (nothing runs), so the interpreter must stay off
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
@@ -55,15 +56,22 @@ from kernels.decode import (CHANNEL, GRIDS, LOG2E, ROW_BLOCK, TOKEN, TOKEN_GROUP
                             DecodeConfig, _decode_stage1_kernel, default_config, launch_config)
 from kernels.decode import launch as launch_rules  # noqa: E402
 from kernels.decode.launch import _warp_rows  # noqa: E402
+from kernels.format import QuantSpec  # noqa: E402
 
 # Launch rules an older tree may lack (this script copied into it to compare trees): there the launch did without
 # them, and its kernels ignore the constexprs they feed (PAIR_WORDS, COLUMN_META).
 uses_pair_words = getattr(launch_rules, "uses_pair_words", lambda cfg, row_block: True)
 four_row_pairs = getattr(launch_rules, "four_row_pairs", lambda cfg, *rule_args: cfg)
 column_meta_pairs = getattr(launch_rules, "column_meta_pairs", lambda cfg, *rule_args: cfg)
-reads_token_pairs = getattr(launch_rules, "reads_token_pairs", lambda cfg, token_bytes, *specs: (
-    cfg.token_pairs and token_bytes == 16 and cfg.block_n // (2 * cfg.num_warps) >= 16))
-from kernels.format import QuantSpec  # noqa: E402
+reads_token_pairs = getattr(launch_rules, "reads_token_pairs", lambda cfg, token_bytes, *specs_and_head_dim: (
+    launch_rules.uses_token_pairs(cfg, *[torch.empty(1, 1, 2, token_bytes, dtype=torch.uint8)] * 2,
+                                  *specs_and_head_dim)))
+
+
+def column_meta(cfg: DecodeConfig) -> bool:
+    """cfg.column_meta (False in an older tree's DecodeConfig, which lacks the field)."""
+    return getattr(cfg, "column_meta", False)
+
 
 KV_HEADS, HIST, FP_ROWS, BITS = 8, 32448, 320, 2
 
@@ -158,7 +166,7 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
                       K_LAYOUT=layout.codes(layout.k_group, layout.k_channel),
                       V_LAYOUT=layout.codes(layout.v_group, False), K_GROUP=layout.k_group, V_GROUP=layout.v_group,
                       WARP_TILES=warp_tiles, TOKEN_PAIRS=pairs, PAIR_WORDS=uses_pair_words(cfg, block_r),
-                      COLUMN_META=cfg.column_meta and pairs, WARPS=cfg.num_warps, BLOCK_R=block_r,
+                      COLUMN_META=column_meta(cfg) and pairs, WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -254,7 +262,7 @@ def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
         return "row-major"
     if not layout.reads_pairs(cfg):
         return name
-    return name + (", pairs, column meta" if cfg.column_meta else ", pairs")
+    return name + (", pairs, column meta" if column_meta(cfg) else ", pairs")
 
 
 def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
