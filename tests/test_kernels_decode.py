@@ -492,18 +492,22 @@ def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
     assert four_row_pairs(explicit, "large", 64, 4, 102400, INT2[64], INT2[64]) == explicit
 
 
-@pytest.mark.parametrize("layout, head_dim, group, q_tokens, n_hist, num_splits", [
-    ("int2", 64, 4, 1, 301, 3), ("int2", 64, 2, 2, 77, 1), ("int2", 128, 4, 1, 301, 3), ("int2", 128, 3, 1, 200, 2),
-    ("kivi2", 64, 4, 1, 320, 2), ("kivi2", 64, 2, 2, 64, 1)])
+@pytest.mark.parametrize("layout, head_dim, group, q_tokens, n_hist, num_splits, warp_rows", [
+    ("int2", 64, 4, 1, 301, 3, 4), ("int2", 64, 2, 2, 77, 1, 4), ("int2", 128, 4, 1, 301, 3, 4),
+    ("int2", 128, 3, 1, 200, 2, 4), ("kivi2", 64, 4, 1, 320, 2, 4), ("kivi2", 64, 2, 2, 64, 1, 4),
+    ("int2", 64, 8, 1, 301, 3, 8), ("int2", 64, 6, 1, 77, 1, 8), ("int2", 64, 12, 1, 301, 2, 16),
+    ("int2", 64, 16, 1, 200, 3, 16)])
 def test_column_meta_pairs_match_reference_and_the_four_tensor_form(layout, head_dim, group, q_tokens, n_hist,
-                                                                   num_splits):
+                                                                   num_splits, warp_rows):
     """DecodeConfig.column_meta: the pair loops (2-bit tokens at head_dim 64, head_dim 128's wide pairs, KIVI-2's
     channel-key pairs) with each pair's (scale, zero) loaded as one [W, PW, 2] tensor and repeated per column match
-    the reference (odd ends, splits inside a pair, GQA 2 x T_q 2) and, value for value, the four-tensor form."""
+    the reference (odd ends, splits inside a pair, GQA 2 x T_q 2) and, value for value, the four-tensor form; in the
+    4-row programs `column_meta_pairs` picks and in the 8- and 16-row ones an explicit config may ask for."""
     k_spec = QuantSpec(bits=2, group=32, axis="channel") if layout == "kivi2" else INT2[head_dim]
     args, kw = make_inputs(2, 2 * group, 2, q_tokens, head_dim, n_hist, 21, k_spec, INT2[head_dim], seed=n_hist)
     cfg = DecodeConfig(block_n=256 if layout == "kivi2" else 128, block_f=32, num_warps=4, num_stages=1,
-                       warp_tiles=True, warp_rows=4, wide_pairs=head_dim == 128, channel_key_tiles=layout == "kivi2")
+                       warp_tiles=True, warp_rows=warp_rows, wide_pairs=head_dim == 128,
+                       channel_key_tiles=layout == "kivi2")
     assert uses_token_pairs(cfg, args[1], args[4], k_spec, INT2[head_dim], head_dim)
     columns = decode_attention(*args, **kw, num_splits=num_splits, config=replace(cfg, column_meta=True))
     assert (columns - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
@@ -514,7 +518,8 @@ def test_column_meta_only_where_it_was_measured_faster():
     """`default_launch` loads the pair loops' (scale, zero) per column (`column_meta_pairs`) in 4-row programs for 2-bit
     tokens with one (scale, zero) each (head_dim 64, 128's wide pairs) on every grid but the medium one, and for
     KIVI-2's channel-key pairs on the medium and large grids (results/bench/bench_kernel_column_meta_h200.md); not
-    for 8-row pair programs and not without pairs."""
+    for 8- or 16-row pair programs (0.99-1.04x their time, results/bench/bench_kernel_column_meta_rows_h200.md) and
+    not without pairs."""
     kivi2 = QuantSpec(bits=2, group=32, axis="channel")
     for head_dim in (64, 128):
         assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 256, 132, 102400).column_meta  # large
@@ -525,6 +530,7 @@ def test_column_meta_only_where_it_was_measured_faster():
     for units, history in [(24, 32768), (64, 32768), (256, 102400)]:
         assert default_launch(64, kivi2, INT2[64], 4, units, 132, history).column_meta
     assert not default_launch(64, INT2[64], INT2[64], 8, 256, 132, 102400).column_meta               # 8 rows
+    assert not default_launch(64, INT2[64], INT2[64], 16, 256, 132, 102400).column_meta              # 16 rows
     assert not default_launch(256, INT2[256], INT2[256], 4, 256, 132, 102400).column_meta            # no pairs
     assert not default_launch(64, INT2[64], INT2[64], 4, 256, 132, 0, 4096).column_meta              # no history
 

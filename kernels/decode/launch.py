@@ -421,8 +421,9 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
       (batch 32 / 100k, two rounds) but 1.01-1.03x on the medium one (batch 3 / 8 at 32k), which keeps the four
       tensors; on the tiny and small grids (head_dim 64, batch 1-2, 8k-100k, GQA 1 and 3) 0.93-0.98x at 9 of 10
       points and 1.02x at batch 1 / 8k (8 us) in one round, 0.97-0.98x at batch 1 / 32k in another.
-    Timed in 4-row programs (GQA 1-4) only; 8- and 16-row pair programs keep theirs. An explicit cfg.column_meta is
-    kept."""
+    In 8- and 16-row pair programs (head_dim 64, GQA 8-16, batch 1-32, 1k-100k; results/bench/
+    bench_kernel_column_meta_rows_h200.md) 0.99-1.04x the time, median 1.00 (two rounds): they keep theirs. An
+    explicit cfg.column_meta is kept."""
     if cfg.column_meta or not cfg.token_pairs or cfg.warp_rows != PAIR_TILE_ROWS:
         return cfg
     channel_pairs = channel_key_layouts(cfg, k_spec, v_spec, head_dim) and grid in ("medium", "large")
