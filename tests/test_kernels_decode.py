@@ -640,13 +640,59 @@ def test_short_histories_on_the_large_grid_take_two_warp_128_token_programs():
         cfg = default_launch(head_dim, k or INT2[head_dim], v or INT2[head_dim], rows, units, 132, tokens)
         return cfg.block_n, cfg.num_warps
     assert tile() == (128, 2) and tile(head_dim=64, rows=8, tokens=704) == (128, 2) and tile(tokens=4096) == (128, 2)
-    cfg = default_launch(128, INT2[128], INT2[128], 4, 256, 132, 704)
+    cfg = default_launch(128, INT2[128], INT2[128], 4, 256, 132, 1728)       # 704 tokens: `short_history_one_split`
     assert (cfg.programs_per_sm, cfg.maxnreg, cfg.num_stages) == (large.programs_per_sm, large.maxnreg, 3)
     assert tile(tokens=7872) == (256, 4) and tile(head_dim=256) != (128, 2) and tile(tokens=0) == (256, 4)
     assert tile(k=QuantSpec(bits=4, group=128), v=QuantSpec(bits=4, group=128)) != (128, 2)
     assert tile(k=kivi) != (128, 2)
     assert tile(units=128) == (128, 2) and default_launch(128, INT2[128], INT2[128], 4, 128, 132, 3776).programs_per_sm \
         == 16                                                                       # batch 16: the medium family's own
+
+
+def test_short_histories_of_many_units_take_one_split_per_unit(monkeypatch):
+    """`short_history_one_split`: 2-bit per-token K and V of as many units as SMs or more over at most 1,024 packed
+    tokens plan one history split and one fp split per unit (programs_per_sm=2: `_split_target`'s large-batch bound),
+    at every head_dim and group; not at 2k, not below the SMs, not for 4-bit or channel keys
+    (results/bench/bench_kernel_short_splits_h200.md)."""
+    from kernels.decode import launch
+    monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    kivi = QuantSpec(bits=2, group=32, axis="channel")
+    for head_dim, rows, units in [(64, 1, 192), (64, 16, 256), (128, 12, 256), (256, 8, 256), (256, 16, 192)]:
+        cfg = default_launch(head_dim, INT2[head_dim], INT2[head_dim], rows, units, 132, 704)
+        assert cfg.programs_per_sm == 2, (head_dim, rows, units)
+        target = launch._split_target(cfg, units, 704 + 320, torch.device("cpu"))
+        assert [launch._num_splits(units, tokens, block, target, cfg.min_split_tiles, cfg.tile_merge_ratio)
+                for tokens, block in ((704, cfg.block_n), (320, cfg.block_f))] == [1, 1]
+        before = replace(cfg, programs_per_sm=8)
+        assert launch._num_splits(units, 704, cfg.block_n, launch._split_target(before, units, 1024, torch.device(
+            "cpu")), cfg.min_split_tiles, cfg.tile_merge_ratio) > 1 or head_dim == 256
+    assert default_launch(128, INT2[128], INT2[128], 4, 256, 132, 1728).programs_per_sm != 2      # 2k
+    assert default_launch(128, INT2[128], INT2[128], 4, 128, 132, 704).programs_per_sm != 2       # batch 16
+    int4 = QuantSpec(bits=4, group=128)
+    assert default_launch(128, int4, int4, 4, 256, 132, 704).programs_per_sm != 2
+    assert default_launch(64, kivi, INT2[64], 4, 256, 132, 704).programs_per_sm != 2
+
+
+def test_short_histories_of_few_units_at_head_dim_128_take_64_token_tiles():
+    """`short_history_narrow_tiles`: head_dim 128's 2-bit per-token K and V of at most one unit per two SMs (batch 1-8)
+    over at most 1,024 packed tokens read 64-token history tiles, the rest of the launch as at 2k; not at head_dim 64
+    or 256, not at 2k, not from batch 9 (results/bench/bench_kernel_short_splits_h200.md)."""
+    from kernels.decode.launch import short_history_narrow_tiles
+    for rows, units in [(1, 8), (4, 24), (8, 64), (16, 8), (12, 24)]:
+        cfg = default_launch(128, INT2[128], INT2[128], rows, units, 132, 704)
+        assert cfg.block_n == 64, (rows, units)
+        before = default_launch(128, INT2[128], INT2[128], rows, units, 132, 1728)
+        assert replace(cfg, block_n=before.block_n) == short_history_narrow_tiles(before, 128, units, 132, 1728,
+                                                                                 INT2[128], INT2[128])
+    for rows, units in [(4, 8), (16, 8), (8, 24)]:                     # 32-token warp sub-tiles match the reference
+        cfg = default_launch(128, INT2[128], INT2[128], rows, units, 132, 704)
+        args, kw = make_inputs(2, 2 * rows, 2, 1, 128, 301, 21, INT2[128], INT2[128], seed=rows)
+        out = decode_attention(*args, **kw, num_splits=3, config=replace(cfg, num_stages=1, maxnreg=None))
+        assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+    assert default_launch(128, INT2[128], INT2[128], 4, 8, 132, 1728).block_n == 128               # 2k
+    assert default_launch(128, INT2[128], INT2[128], 4, 72, 132, 704).block_n != 64                # batch 9
+    for head_dim in (64, 256):
+        assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 8, 132, 704).block_n != 64
 
 
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
@@ -694,12 +740,13 @@ def test_two_groups_per_row_at_head_dim_256_take_8_row_programs_beyond_short_his
 
 def test_default_launch_is_the_family_its_launch_and_the_short_history_rule():
     """default_launch (what decode_attention takes on a GPU with no config, and what the benchmarks record):
-    batch 1 with 16 rows at 1k takes the tiny grid's launch with 8-row programs, at 8k the 16-row one."""
+    batch 1 with 16 rows at 1k takes the tiny grid's launch with 8-row programs (and 64-token tiles:
+    `short_history_narrow_tiles`), at 8k the 16-row one."""
     from kernels.decode.launch import default_launch, grid_size, launch_config
     spec = INT2[128]
     short, longer = (default_launch(128, spec, spec, 16, 8, 132, tokens) for tokens in (704, 7872))
     assert grid_size(8, 132, 704, 16) == "tiny" == grid_size(8, 132, 7872, 16)
-    assert short == replace(launch_config(128, True, "tiny", spec, spec, 16), warp_rows=8)
+    assert short == replace(launch_config(128, True, "tiny", spec, spec, 16), warp_rows=8, block_n=64)
     assert longer == launch_config(128, True, "tiny", spec, spec, 16) and longer.warp_rows is None
 
 

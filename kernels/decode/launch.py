@@ -69,6 +69,10 @@ FP_ONLY_HEAD_DIMS = (64,)  # head_dims whose calls without packed history compil
 FP_ONLY_LARGE_TILE = {64: 128, 128: 64}  # fp-segment tokens per tile of such calls on the large grid (`fp_only_launch`)
 LARGE_BATCH_SPLIT_TOKENS = 49152  # a unit's context tokens per split at most where the target would leave one
                                   # split per unit (`_split_target`)
+ONE_SPLIT_HISTORY_TOKENS = 1024  # packed tokens per unit up to which 2-bit calls of as many units as SMs or more
+                                 # take one split per unit (`short_history_one_split`) and head_dim 128's calls of
+                                 # few units 64-token tiles (`short_history_narrow_tiles`): faster at 1k (704
+                                 # packed tokens), mixed or slower at 2k (1,728)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -395,8 +399,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs` and `column_meta_pairs`; without packed history
-    `fp_only_launch`."""
+    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`
+    and `short_history_narrow_tiles`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -405,8 +409,40 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = eight_row_programs(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
     if history_tokens == 0:
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
-    return column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
-                             head_dim, k_spec, v_spec)
+    cfg = column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
+                            head_dim, k_spec, v_spec)
+    cfg = short_history_one_split(cfg, units, sms, history_tokens, k_spec, v_spec, head_dim)
+    return short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
+
+
+def short_history_one_split(cfg: DecodeConfig, units: int, sms: int, history_tokens: int, k_spec: QuantSpec,
+                            v_spec: QuantSpec, head_dim: int) -> DecodeConfig:
+    """cfg with programs_per_sm=2 where 2-bit per-token K and V (`two_bit_token_layouts`) of as many units as SMs or
+    more (batch >= 17 at 8 KV heads on an H200) hold at most ONE_SPLIT_HISTORY_TOKENS packed tokens: `_split_target`
+    then plans one history split and one fp split per unit (its large-batch bound) where 3-4 programs per unit wrote
+    partials for the merge. H200, 2026-12-02, each point's default launch beside this one in one run
+    (results/bench/bench_kernel_short_splits_h200.md): batch 24 / 32 at 1k 0.74-0.96x the time at all 18 points
+    (head_dim 64 / 128 / 256, groups 1 / 8 / 16; in another call head_dim 128 groups 1-12 and head_dim 256 groups
+    1 / 8 / 16 at batch 32 / 1k 0.74-0.83x); at 2k 0.77-1.19x, at 4k-8k 0.90-1.28x, so longer histories keep their
+    plan."""
+    if units < sms or not 0 < history_tokens <= ONE_SPLIT_HISTORY_TOKENS \
+            or not two_bit_token_layouts(k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, programs_per_sm=2)
+
+
+def short_history_narrow_tiles(cfg: DecodeConfig, head_dim: int, units: int, sms: int, history_tokens: int,
+                               k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with 64-token history tiles (block_n) at head_dim 128 where 2-bit per-token K and V of at most one unit per
+    two SMs (batch 1-8 at 8 KV heads on an H200) hold at most ONE_SPLIT_HISTORY_TOKENS packed tokens: twice the splits
+    of one tile on the tiny grid, each program's serial latency halved. H200, 2026-12-02, each point's default beside
+    this one in one run, two calls (results/bench/bench_kernel_short_splits_h200.md): batch 1 / 1k 0.90-1.01x the
+    time (groups 1-16), batch 3 / 1k 0.89-0.98x, batch 8 / 1k 0.95-1.00x; batch 1 / 2k 1.07-1.08x. Head_dim 64
+    (0.96-1.07x at 1k) and 256 (0.99-1.33x) keep their tiles."""
+    if head_dim != 128 or 2 * units > sms or not 0 < history_tokens <= ONE_SPLIT_HISTORY_TOKENS \
+            or not two_bit_token_layouts(k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, block_n=64)
 
 
 def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: QuantSpec,
