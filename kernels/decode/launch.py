@@ -411,12 +411,18 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
     cfg = column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
                             head_dim, k_spec, v_spec)
-    cfg = short_history_one_split(cfg, units, sms, history_tokens, k_spec, v_spec, head_dim)
+    cfg = short_history_one_split(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     return short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
 
 
-def short_history_one_split(cfg: DecodeConfig, units: int, sms: int, history_tokens: int, k_spec: QuantSpec,
-                            v_spec: QuantSpec, head_dim: int) -> DecodeConfig:
+def one_split_history(history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
+    """2-bit per-token K and V (`two_bit_token_layouts`) over at most ONE_SPLIT_HISTORY_TOKENS packed tokens: where
+    `short_history_one_split` and `short_history_narrow_tiles` were measured."""
+    return 0 < history_tokens <= ONE_SPLIT_HISTORY_TOKENS and two_bit_token_layouts(k_spec, v_spec, head_dim)
+
+
+def short_history_one_split(cfg: DecodeConfig, head_dim: int, units: int, sms: int, history_tokens: int,
+                            k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
     """cfg with programs_per_sm=2 where 2-bit per-token K and V (`two_bit_token_layouts`) of as many units as SMs or
     more (batch >= 17 at 8 KV heads on an H200) hold at most ONE_SPLIT_HISTORY_TOKENS packed tokens: `_split_target`
     then plans one history split and one fp split per unit (its large-batch bound) where 3-4 programs per unit wrote
@@ -425,8 +431,7 @@ def short_history_one_split(cfg: DecodeConfig, units: int, sms: int, history_tok
     (head_dim 64 / 128 / 256, groups 1 / 8 / 16; in another call head_dim 128 groups 1-12 and head_dim 256 groups
     1 / 8 / 16 at batch 32 / 1k 0.74-0.83x); at 2k 0.77-1.19x, at 4k-8k 0.90-1.28x, so longer histories keep their
     plan."""
-    if units < sms or not 0 < history_tokens <= ONE_SPLIT_HISTORY_TOKENS \
-            or not two_bit_token_layouts(k_spec, v_spec, head_dim):
+    if units < sms or not one_split_history(history_tokens, k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, programs_per_sm=2)
 
@@ -439,8 +444,7 @@ def short_history_narrow_tiles(cfg: DecodeConfig, head_dim: int, units: int, sms
     this one in one run, two calls (results/bench/bench_kernel_short_splits_h200.md): batch 1 / 1k 0.90-1.01x the
     time (groups 1-16), batch 3 / 1k 0.89-0.98x, batch 8 / 1k 0.95-1.00x; batch 1 / 2k 1.07-1.08x. Head_dim 64
     (0.96-1.07x at 1k) and 256 (0.99-1.33x) keep their tiles."""
-    if head_dim != 128 or 2 * units > sms or not 0 < history_tokens <= ONE_SPLIT_HISTORY_TOKENS \
-            or not two_bit_token_layouts(k_spec, v_spec, head_dim):
+    if head_dim != 128 or 2 * units > sms or not one_split_history(history_tokens, k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, block_n=64)
 
