@@ -5,6 +5,7 @@
     python scripts/bench_throughput.py --model llama32_1b --ctx 102400 --batch 1,4 \
         --quantizers bf16,bf16+graph+compile,oscar:model+graph+compile --same-budget-cap 256   # head_dim 64
     python scripts/bench_throughput.py --tiny --steps 3         # CPU smoke run (tests use this)
+    python scripts/bench_throughput.py --from-json a.json       # no GPU: a saved run's tables, rebuilt from its JSON
     python scripts/bench_throughput.py --profile --ctx 102400 --batch 1   # where one (steady) decode step's time goes
     python scripts/bench_throughput.py --quantizers bf16,oscar,oscar+graph   # + the step as one CUDA graph
     python scripts/bench_throughput.py --ctx 102400 --batch 1 --quantizers bf16+graph,oscar:model+graph   # same engine
@@ -34,7 +35,8 @@ the memory that ROW's weights and cache take at the first batch: the batch that 
 decode through `+graph` (one CUDA graph per GPU, harness.segmented_graph; `+compile` compiles on each), `+frozen`
 (the frozen cache in eager steps) or the eager engines; peak memory is then the sum over the GPUs, with each GPU's
 in `peak_gb_by_device`. Models: the CONFIGS below or any shape file under configs/model/shapes/. With $OUT set, the
-rows also go to $OUT/bench_throughput.json. A Markdown table is printed last. --profile profiles one step per row; on
+rows also go to $OUT/bench_throughput.json. The Markdown tables are printed last, built from that JSON alone
+(`tables`), so --from-json prints the same tables from a saved run. --profile profiles one step per row; on
 a frozen cache (`+frozen`, `+graph`) one that starts with no page demotion (`profiled_demotion` says so), like the
 timed median. --stagger makes sequence b of a quantized cache b mod page_tokens tokens shorter (left padding), so
 its sequences demote pages in different steps, as a batch of short prompts of mixed lengths does (each keeps its own
@@ -407,6 +409,56 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines)
 
 
+def budget_source(args) -> str:
+    """Where the same-budget run's budget came from, as the table's heading says it."""
+    return f"what {args.budget_from} at batch {args.batch[0]} holds" if args.budget_from else "--budget-gb"
+
+
+def payload_weights(payload: dict) -> int:
+    """The model's weight bytes: recorded since the tables are rebuilt from the JSON; in older runs the bytes that
+    a row's floor_ms counts beside its cache (floor_ms is rounded to 1 us, so within a few MB)."""
+    if "weights_bytes" in payload:
+        return payload["weights_bytes"]
+    row = next((r for r in payload["rows"] + payload.get("same_budget", []) if r.get("floor_ms")), None)
+    if row is None:
+        raise SystemExit("--from-json: the run records neither weights_bytes nor a row with a floor to derive them.")
+    cache_bytes = row["kv_bytes_counted_per_token"] * row["batch"] * row["ctx"]
+    return round(row["floor_ms"] / 1e3 * payload["copy_bandwidth_bytes_per_s"] - cache_bytes)
+
+
+def tables(payload: dict) -> str:
+    """The run's Markdown tables from its JSON payload alone: what a run prints last and --from-json prints."""
+    rows, budget_rows = payload["rows"], payload.get("same_budget", [])
+    cmd = "python scripts/bench_throughput.py " + " ".join(payload["argv"][1:])
+    bandwidth = payload["copy_bandwidth_bytes_per_s"]
+    out = [markdown(rows, f"### Decode step, {payload['model']} shapes, {payload['device']}, {payload['date']} "
+                          f"(`{cmd}`); copy bandwidth {bandwidth / 1e12:.3f} TB/s")]
+    if budget_rows:
+        cap = payload.get("same_budget_cap", "?")
+        capped = "" if all(map(at_budget_batch, budget_rows)) else \
+            f"; rows below max_batch_in_budget (--same-budget-cap {cap}) get no throughput ratio"
+        weights_gb = payload_weights(payload) / 1e9
+        out += ["", markdown(budget_rows, f"### Same memory budget ({payload['budget_gb']:.1f} GB incl. "
+                                          f"{weights_gb:.1f} GB weights: {payload.get('budget_source', '--budget-gb')})"
+                                          f", ctx {budget_rows[0]['ctx']}{capped}")]
+    return "\n".join(out)
+
+
+def print_saved(paths: list[str]) -> None:
+    """--from-json: each saved run's tables; no GPU, no model."""
+    for i, path in enumerate(paths):
+        try:
+            payload = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise SystemExit(f"--from-json: no such file: {path}.") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise SystemExit(f"--from-json: {path} is not JSON.") from None
+        needed = {"rows", "argv", "model", "device", "date", "copy_bandwidth_bytes_per_s"}
+        if not isinstance(payload, dict) or not needed <= payload.keys():
+            raise SystemExit(f"--from-json: {path} is not a bench_throughput.py run (it lacks rows, argv, model, ...).")
+        print(("\n" if i else "") + tables(payload))
+
+
 def budget_from(rows: list[dict], row_name: str, ctx: int, weights: int) -> float:
     """GB that `row_name`'s first batch at `ctx` holds (weights + its cache as measured): the same-memory budget."""
     row = next((r for r in rows if r["quantizer"] == row_name and r["ctx"] == ctx and r.get("kv_bytes_per_token")),
@@ -460,6 +512,7 @@ def parse_args():
     parser.add_argument("--stagger", action="store_true",
                         help="sequence b of a quantized cache b mod page_tokens tokens shorter: pages demoted in "
                              "different steps, as with short prompts of mixed lengths")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print saved runs' tables; no GPU, no model")
     parser.add_argument("--profile", action="store_true",
                         help="profile one decode step per row (CPU wall vs GPU time by kernel kind); skips the budget run")
     args = parser.parse_args()
@@ -477,6 +530,9 @@ def parse_args():
 
 def main() -> None:
     args = parse_args()
+    if args.from_json:
+        print_saved(args.from_json)
+        return
     out = out_file("bench_throughput_profile.json" if args.profile else "bench_throughput.json")
     quantizers = args.quantizers.split(",")
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
@@ -491,7 +547,7 @@ def main() -> None:
     dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
     stamp, rows = datetime.date.today().isoformat(), []
     payload = {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
-               "placement": getattr(model, "hf_device_map", None), "budget_gb": None, "rows": rows,
+               "weights_bytes": weights, "same_budget_cap": args.same_budget_cap, "placement": getattr(model, "hf_device_map", None), "budget_gb": None, "rows": rows,
                "same_budget": []}
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
         row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions,
@@ -502,19 +558,9 @@ def main() -> None:
     budget_gb = budget_from(rows, args.budget_from, ctxs[-1], weights) if args.budget_from else args.budget_gb
     budget_rows = [] if args.profile else same_budget_rows(model, rows, quantizers, ctxs[-1], budget_gb,
                                                            args.same_budget_cap, args, device, dtype, weights, bandwidth)
-    payload.update(budget_gb=budget_gb, same_budget=budget_rows)
+    payload.update(budget_gb=budget_gb, budget_source=budget_source(args), same_budget=budget_rows)
     save(out, payload)
-    cmd = "python scripts/bench_throughput.py " + " ".join(sys.argv[1:])
-    print(markdown(rows, f"### Decode step, {name} shapes, {dev}, {stamp} (`{cmd}`); copy bandwidth "
-                         f"{bandwidth / 1e12:.3f} TB/s"))
-    print()
-    if budget_rows:
-        source = f"what {args.budget_from} at batch {batches[0]} holds" if args.budget_from else "--budget-gb"
-        capped = "" if all(map(at_budget_batch, budget_rows)) else \
-            f"; rows below max_batch_in_budget (--same-budget-cap {args.same_budget_cap}) get no throughput ratio"
-        print(markdown(budget_rows, f"### Same memory budget ({budget_gb:.1f} GB incl. {weights / 1e9:.1f} GB weights: "
-                                    f"{source}), ctx {ctxs[-1]}{capped}"))
-
+    print(tables(payload))
 
 if __name__ == "__main__":
     main()

@@ -35,6 +35,36 @@ def test_bench_throughput_tiny_runs_and_reports(tmp_path):
         mean_ms = r["ms_per_step_mean"]
         rounding_slack = r["batch"] * 1e3 * 0.0005 / (mean_ms - 0.0005) ** 2 + 0.05
         assert abs(r["tokens_per_s"] - r["batch"] * 1e3 / mean_ms) <= rounding_slack, r
+    saved = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--from-json",
+                            str(tmp_path / "bench_throughput.json")], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    tables = saved.stdout.strip()
+    assert tables.startswith("### Decode step, tiny shapes") and proc.stdout.rstrip().endswith(tables)
+
+
+def test_bench_throughput_tables_of_a_run_without_recorded_weights_derive_them_from_a_floor():
+    """Runs saved before weights_bytes was recorded: the budget table's weights come from a row's floor_ms (the
+    committed Qwen3-4B run: 8.0 GB, as that run printed)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_throughput import payload_weights, tables
+    payload = json.loads((ROOT / "results/bench/bench_throughput_h200_027aef4_4b.json").read_text())
+    assert "weights_bytes" not in payload
+    assert abs(payload_weights(payload) - 8.045e9) < 0.01e9
+    text = tables(payload)
+    assert "### Same memory budget (70.0 GB incl. 8.0 GB weights: --budget-gb), ctx 102400" in text
+    assert "| oscar:model+graph+compile | 26 | 102400 | 23.128 |" in text
+
+
+@pytest.mark.parametrize("content, needle", [(None, "no such file"), ("{", "is not JSON"),
+                                             ('{"rows": []}', "is not a bench_throughput.py run")])
+def test_bench_throughput_from_json_refuses_bad_files_in_one_sentence(tmp_path, content, needle):
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_text(content)
+    proc = subprocess.run([sys.executable, "scripts/bench_throughput.py", "--from-json", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and needle in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_gpu_rows_time_whole_demotion_pages_after_two_demotions():
