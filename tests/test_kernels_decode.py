@@ -695,6 +695,43 @@ def test_short_histories_of_few_units_at_head_dim_128_take_64_token_tiles():
         assert default_launch(head_dim, INT2[head_dim], INT2[head_dim], 4, 8, 132, 704).block_n != 64
 
 
+def test_head_dim_256_short_histories_of_batch_1_take_one_tile_splits():
+    """`wide_head_short_one_tile_splits`: head_dim 256's tiny grid (batch 1) with up to 8 rows over at most 1,024
+    packed 2-bit per-token tokens splits at one tile (two otherwise); not at 2k, not with 12-16 rows, not at head_dim
+    128, not for 4-bit (results/bench/bench_kernel_wide_head_launches_h200.md). Its launches match the reference."""
+    two_groups, int4 = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=128)
+
+    def split_tiles(rows=4, tokens=704, head_dim=256, spec=two_groups):
+        return default_launch(head_dim, spec, spec, rows, 8, 132, tokens).min_split_tiles
+    assert split_tiles() == 1 and split_tiles(rows=1) == 1 and split_tiles(rows=8, tokens=1024) == 1
+    assert split_tiles(tokens=1728) == 2 and split_tiles(rows=12) == 2 and split_tiles(spec=int4) == 2
+    assert split_tiles(head_dim=128, spec=INT2[128]) == default_launch(128, INT2[128], INT2[128], 4, 8, 132,
+                                                                        1728).min_split_tiles
+    for spec in (two_groups, INT2[256]):
+        cfg = default_launch(256, spec, spec, 4, 8, 132, 704)
+        args, kw = make_inputs(1, 8, 2, 1, 256, 300, 21, spec, spec, seed=spec.group)
+        out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1))
+        assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_head_dim_256_with_12_to_16_rows_on_the_medium_grid_takes_two_warps():
+    """`wide_head_wide_rows_two_warps`: head_dim 256 on the medium grid (batch 3-8 at 8 KV heads) with more than 8
+    rows runs two-warp programs (64 tokens per warp); up to 8 rows, the large grid, head_dim 128 and 4-bit keep their
+    warps (results/bench/bench_kernel_wide_head_launches_h200.md). Its launch matches the reference."""
+    two_groups, int4 = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=128)
+
+    def warps(rows=16, units=24, tokens=7872, head_dim=256, spec=two_groups):
+        return default_launch(head_dim, spec, spec, rows, units, 132, tokens).num_warps
+    assert warps() == 2 and warps(rows=12, units=64, tokens=704) == 2 and warps(tokens=102080) == 2
+    assert warps(rows=8) == 4 and warps(units=128) == 4 and warps(spec=int4) == 4
+    assert warps(head_dim=128, spec=INT2[128]) == 2            # head_dim 128's medium launch: two warps already
+    cfg = default_launch(256, two_groups, two_groups, 16, 24, 132, 704)
+    assert (cfg.num_warps, cfg.block_n) == (2, 128)
+    args, kw = make_inputs(2, 32, 2, 1, 256, 300, 21, two_groups, two_groups, seed=5)
+    out = decode_attention(*args, **kw, num_splits=2, config=replace(cfg, num_stages=1))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_short_histories_split_wide_row_groups_into_8_row_programs():
     """More than 8 query rows, 2-bit per-token K and V of whole fields, fewer units than SMs and at most 4,096 packed
     tokens: 8-row programs; not at 8k, not with as many units as SMs (at head_dim 256 not from one unit per 4 SMs on),

@@ -399,8 +399,9 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`
-    and `short_history_narrow_tiles`; without packed history `fp_only_launch`."""
+    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
+    `short_history_narrow_tiles`, `wide_head_short_one_tile_splits` and `wide_head_wide_rows_two_warps`; without
+    packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -412,7 +413,9 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
                             head_dim, k_spec, v_spec)
     cfg = short_history_one_split(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
-    return short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
+    cfg = short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
+    cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
+    return wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
 
 
 def one_split_history(history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
@@ -447,6 +450,35 @@ def short_history_narrow_tiles(cfg: DecodeConfig, head_dim: int, units: int, sms
     if head_dim != 128 or 2 * units > sms or not one_split_history(history_tokens, k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, block_n=64)
+
+
+def wide_head_short_one_tile_splits(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int,
+                                    k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with splits of one tile (min_split_tiles=1, the tiny grid's two otherwise: `default_config`) at head_dim
+    256 on the tiny grid (batch 1) with up to WARP_TILE_ROWS rows, where 2-bit per-token K and V hold at most
+    ONE_SPLIT_HISTORY_TOKENS packed tokens: six splits of 1k's six tiles instead of three, each program's serial
+    latency halved. H200, 2026-12-02, each point's default beside this one in one run, two calls
+    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 1 / 1k groups 1-8 0.89-0.94x the time; at 2k
+    1.11-1.15x, with 12-16 rows 1.17-1.20x, so those keep two tiles."""
+    if grid != "tiny" or head_dim != 256 or rows > WARP_TILE_ROWS or \
+            not one_split_history(history_tokens, k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, min_split_tiles=1)
+
+
+def wide_head_wide_rows_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, k_spec: QuantSpec,
+                                  v_spec: QuantSpec) -> DecodeConfig:
+    """cfg in two-warp programs (64 tokens per warp of the 128-token tile) at head_dim 256 on the medium grid with
+    more than WARP_TILE_ROWS rows (groups 12-16 at batch 3-8) for 2-bit per-token K and V: what head_dim 64 and 128's
+    medium launch does (`default_config`). H200, 2026-12-02, each point's default beside this one in one run
+    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 3 / 1k 0.94-0.96x the time, 2k 0.92-0.93x, 4k-32k
+    0.85-0.90x, 100k 0.99x; batch 4 / 1k-8k 0.85-0.96x; batch 6 / 1k-2k 0.91-0.99x; batch 8 / 8k 0.91-0.92x, 32k
+    0.97-0.98x, 1k 0.98x at group 16 and 1.03-1.04x at group 12 (three calls), the one point slower. With up to 8 rows
+    the same change was mixed (batch 3 / 1k 1.13-1.21x, 100k 1.05x; batch 8 0.90-0.98x), so those keep four warps."""
+    if grid != "medium" or head_dim != 256 or rows <= WARP_TILE_ROWS or \
+            not two_bit_token_layouts(k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, num_warps=2)
 
 
 def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: QuantSpec,
