@@ -8,6 +8,7 @@
                                                                        # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
     python scripts/bench_formats.py --from-json after.json --against before.json   # and each format's time there / here
+    python scripts/bench_formats.py --from-json run.json --variant-ratios   # each --launch variant's time / the default's
     python scripts/bench_formats.py --grid-only --from-json $(grep -v '^#' results/bench/bench_formats_h200_grid.txt)
                                                                        # the H200 grid's targets, newest row per point
 
@@ -27,7 +28,8 @@ quantizer's own dequantization of the same parts ("correctness:"; launch variant
 (tests/test_kernels_decode.py, tests/test_turboquant_kernels.py with TRITON_INTERPRET=0) are the full check. With
 $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
 files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`; with
---grid-only over the must-show grid's batch x ctx points only), then with --against (earlier runs of the same GPU)
+--grid-only over the must-show grid's batch x ctx points only), with --variant-ratios each launch variant's time over
+its default's at the same points of the same run (`variant_time_ratios`), then with --against (earlier runs of the same GPU)
 each format's time there over its time here (`format_time_ratios`), then each file's table.
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ from harness.cli_args import (batch_ctx_points, kernel_head_dims, positive_int, 
                               positive_ints)
 from harness.quantizer import build_quantizer  # noqa: E402
 from kernels.decode import default_config, per_token_layouts  # noqa: E402
+from kernels.decode.common import WARP_TILE_ROWS  # noqa: E402
 from kernels.decode.launch import DecodeConfig  # noqa: E402
 from kernels.decode.reference import attention_reference  # noqa: E402
 from kernels.format import QuantizedTensor  # noqa: E402
@@ -266,18 +269,44 @@ def format_time_ratios(rows: list[dict], baseline: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def variant_time_ratios(payloads: list[dict]) -> str:
+    """Each --launch variant's time over its format's default launch at the same point of the same run, as median
+    (min-max) over the groups at each (head_dim, batch, ctx), groups of up to WARP_TILE_ROWS query rows apart from
+    the wider ones (other programs); "" when no run holds a variant."""
+    spans: dict[tuple, list[tuple[int, float]]] = {}
+    for payload in payloads:
+        points = _timed_points(payload["rows"])
+        for (name, d, group, batch, ctx), row in points.items():
+            default = points.get((name.split(" [")[0], d, group, batch, ctx))
+            if " [" in name and default:
+                key = (name, d, group > WARP_TILE_ROWS, batch, ctx)
+                spans.setdefault(key, []).append((group, row["ms"] / default["ms"]))
+    if not spans:
+        return ""
+    lines = ["Launch variants, time over the default launch's (same point, same run):", "",
+             "| variant | head_dim | groups | batch | ctx | points | variant ms / default ms, median (min-max) |",
+             "|---|---|---|---|---|---|---|"]
+    for (name, d, _, batch, ctx), pairs in sorted(spans.items()):
+        groups = ", ".join(str(g) for g in sorted({g for g, _ in pairs}))
+        lines.append(f"| {name} | {d} | {groups} | {batch} | {ctx} | {len(pairs)} | "
+                     f"{median_span([r for _, r in pairs])} |")
+    return "\n".join(lines)
+
 def on_grid(row: dict) -> bool:
     """A row at one of the must-show grid's batch x ctx points (bench_kernel_grid.py's GRID_BATCHES x GRID_CTXS)."""
     return row["batch"] in GRID_BATCHES and row["ctx"] in GRID_CTXS
 
 
-def from_json(paths: list[str], against: list[str] | None = None, grid_only: bool = False) -> str:
+def from_json(paths: list[str], against: list[str] | None = None, grid_only: bool = False,
+              variants: bool = False) -> str:
     """What --from-json prints: the targets of each format over the saved runs' rows (grid_only: over the rows at the
-    must-show grid's points), with --against each format's time ratios against those runs, then each run's table."""
+    must-show grid's points), with variants each launch variant's time over its default's, with --against each format's time ratios against those runs, then each run's table."""
     payloads = read_runs(paths, "--from-json", "format")
     one_device(payloads, "--from-json")
     rows = [r for p in payloads for r in p["rows"]]
     parts = [format_targets([r for r in rows if on_grid(r)] if grid_only else rows)]
+    if variants:
+        parts.append(variant_time_ratios(payloads) or "No launch variants in these runs.")
     if against:
         baselines = read_runs(against, "--against", "format")
         parts.append(f"Against {describe_runs(baselines)}:\n\n" +
@@ -303,17 +332,21 @@ def main() -> None:
                         help="with --from-json: earlier runs to compare each format's time with")
     parser.add_argument("--grid-only", action="store_true",
                         help="with --from-json: count the targets over the must-show grid's batch x ctx points only")
+    parser.add_argument("--variant-ratios", action="store_true",
+                        help="with --from-json: each launch variant's time over its default's (same point, same run)")
     args = parser.parse_args()
     if args.against and not args.from_json:
         raise SystemExit("--against compares saved runs: give the runs to compare with --from-json.")
     if args.grid_only and not args.from_json:
         raise SystemExit("--grid-only counts saved runs' targets: give the runs with --from-json.")
+    if args.variant_ratios and not args.from_json:
+        raise SystemExit("--variant-ratios reads saved runs: give the runs with --from-json.")
     if args.from_json:
         for flag, paths in (("--from-json", args.from_json), ("--against", args.against or [])):
             missing = [p for p in paths if not Path(p).is_file()]
             if missing:
                 raise SystemExit(f"{flag}: no such file: {', '.join(missing)}.")
-        print(from_json(args.from_json, args.against, args.grid_only))
+        print(from_json(args.from_json, args.against, args.grid_only, args.variant_ratios))
         return
     launches = parse_launches(args.launch)
     if not torch.cuda.is_available():

@@ -522,6 +522,9 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
     assert ">= 5x BF16 SDPA at batch 32 / ctx >= 100k: 1 of 1 points: 128/4/32/102400." in text
 
 
+WIDE_HEAD = "bench_kernel_wide_head_launches_h200"   # its sweeps, confirmations and grid points
+
+
 @pytest.mark.parametrize("script, runs, committed, least_lines, needle", [
     ("bench_kernel_grid.py", "bench_kernel_grid_final_d{}.json", "bench_kernel_grid_final.md", 300,
      "INT2 >= BF16 SDPA"),
@@ -584,6 +587,13 @@ def test_kernel_grid_targets_count_the_rows(monkeypatch):
      200, "int2 >= BF16 SDPA at 43 of 54 points"),
     ("bench_formats.py", ["bench_kernel_short_splits_h200_call1_d128.json"], "bench_kernel_short_splits_h200.md",
      150, "int2 >= BF16 SDPA at 7 of 17 points"),
+    ("bench_formats.py", [f"{WIDE_HEAD}_sweep_d64.json"], f"{WIDE_HEAD}.md", 100, "int2 >= BF16 SDPA at 1 of 9 points"),
+    ("bench_formats.py", [f"{WIDE_HEAD}_confirm_{name}.json" for name in ("tiny1", "tiny2", "med1", "med2", "medlong",
+                                                                        "medall")],
+     f"{WIDE_HEAD}.md", 200, "int2 >= BF16 SDPA at 39 of 54 points"),
+    ("bench_kernel_grid.py", [f"bench_kernel_grid_h200_ea096d1_1k_{name}.json" for name in ("d256", "d128_g16",
+                                                                                           "d128_g12")],
+     f"{WIDE_HEAD}.md", 40, "INT2 >= BF16 SDPA at 18 of 29 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
     """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids, and
@@ -819,7 +829,7 @@ def test_target_status_rebuilds_the_known_limits_tables():
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = proc.stdout.strip().splitlines()
         assert len(lines) == 12 and all(line in text for line in lines), lines
-    assert "| 251 of 288 points (37 below, 29 of them at 1k) | no |" in text
+    assert "| 259 of 288 points (29 below, 21 of them at 1k) | no |" in text
     bench = ROOT / "results" / "bench"
     mixed = [sys.executable, "scripts/target_status.py", "--grid", str(bench / "bench_kernel_grid_final_d64.json"),
              "--write", str(bench / "bench_kernels_write_final_runs.json"), "--write-tree", "new",
@@ -931,3 +941,26 @@ def test_grid_run_cut_short_is_its_logged_rows(monkeypatch):
     for r in logged:
         nbytes = bf16_bytes(r["batch"], r["ctx"], AttnShape(r["group"] * 8, 8, r["head_dim"]))
         assert nbytes / r["sdpa_ms"] / 1e9 / saved["copy_tbs"] == pytest.approx(r["sdpa_of_copy"], rel=1e-9)
+
+
+def test_variant_ratios_divide_each_variant_by_its_default_at_the_same_point_of_the_same_run(monkeypatch):
+    """bench_formats.py --variant-ratios: a variant's ms over the default's at the same (format, head_dim, group,
+    batch, ctx) of one run, groups of up to 8 rows apart from wider ones; runs without variants say so; the flag
+    without saved runs is refused in one sentence."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import variant_time_ratios
+
+    def row(fmt, group, ms, batch=1):
+        return {"format": fmt, "head_dim": 256, "group": group, "batch": batch, "ctx": 1024, "ms": ms}
+    runs = [{"rows": [row("int2", 1, 2.0), row("int2 [num_warps=2]", 1, 1.0), row("int2", 4, 1.0),
+                      row("int2 [num_warps=2]", 4, 2.0), row("int2", 16, 1.0), row("int2 [num_warps=2]", 16, 3.0),
+                      row("int2 [num_warps=2]", 8, 1.0)]},          # no default at group 8: not counted
+            {"rows": [row("int2", 1, 4.0, batch=3), row("int2 [num_warps=2]", 1, 1.0, batch=3)]}]
+    text = variant_time_ratios(runs)
+    assert "| int2 [num_warps=2] | 256 | 1, 4 | 1 | 1024 | 2 | 1.25 (0.50-2.00) |" in text
+    assert "| int2 [num_warps=2] | 256 | 16 | 1 | 1024 | 1 | 3.00 (3.00-3.00) |" in text
+    assert "| int2 [num_warps=2] | 256 | 1 | 3 | 1024 | 1 | 0.25 (0.25-0.25) |" in text
+    assert variant_time_ratios([{"rows": [row("int2", 1, 1.0)]}]) == ""
+    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--variant-ratios"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--variant-ratios reads saved runs" in proc.stderr

@@ -457,9 +457,9 @@ def wide_head_short_one_tile_splits(cfg: DecodeConfig, grid: str, head_dim: int,
     """cfg with splits of one tile (min_split_tiles=1, the tiny grid's two otherwise: `default_config`) at head_dim
     256 on the tiny grid (batch 1) with up to WARP_TILE_ROWS rows, where 2-bit per-token K and V hold at most
     ONE_SPLIT_HISTORY_TOKENS packed tokens: six splits of 1k's six tiles instead of three, each program's serial
-    latency halved. H200, 2026-12-02, each point's default beside this one in one run, two calls
-    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 1 / 1k groups 1-8 0.89-0.94x the time; at 2k
-    1.11-1.15x, with 12-16 rows 1.17-1.20x, so those keep two tiles."""
+    latency halved. H200, 2026-12-02, each point's default beside this one in one run, three calls
+    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 1 / 1k groups 1-8 0.90-0.94x the time; at 2k
+    1.13-1.16x, with 12-16 rows 1.18x, so those keep two tiles."""
     if grid != "tiny" or head_dim != 256 or rows > WARP_TILE_ROWS or \
             not one_split_history(history_tokens, k_spec, v_spec, head_dim):
         return cfg
@@ -471,10 +471,10 @@ def wide_head_wide_rows_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, r
     """cfg in two-warp programs (64 tokens per warp of the 128-token tile) at head_dim 256 on the medium grid with
     more than WARP_TILE_ROWS rows (groups 12-16 at batch 3-8) for 2-bit per-token K and V: what head_dim 64 and 128's
     medium launch does (`default_config`). H200, 2026-12-02, each point's default beside this one in one run
-    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 3 / 1k 0.94-0.96x the time, 2k 0.92-0.93x, 4k-32k
-    0.85-0.90x, 100k 0.99x; batch 4 / 1k-8k 0.85-0.96x; batch 6 / 1k-2k 0.91-0.99x; batch 8 / 8k 0.91-0.92x, 32k
-    0.97-0.98x, 1k 0.98x at group 16 and 1.03-1.04x at group 12 (three calls), the one point slower. With up to 8 rows
-    the same change was mixed (batch 3 / 1k 1.13-1.21x, 100k 1.05x; batch 8 0.90-0.98x), so those keep four warps."""
+    (results/bench/bench_kernel_wide_head_launches_h200.md): batch 3 / 1k 0.95-0.98x the time, 2k 0.93x, 4k-32k
+    0.86-0.91x, 100k 0.99x; batch 4 / 1k-8k 0.85-0.93x; batch 6 / 1k-2k 0.91-0.99x; batch 8 / 8k 0.91-0.92x, 32k
+    0.98x, 1k 0.97-1.04x (group 12 1.03-1.04x in four calls: the one point slower). With up to 8 rows the same change
+    was mixed (batch 3 / 1k 1.13-1.15x, 100k 1.05x; batch 8 0.90-0.98x), so those keep four warps."""
     if grid != "medium" or head_dim != 256 or rows <= WARP_TILE_ROWS or \
             not two_bit_token_layouts(k_spec, v_spec, head_dim):
         return cfg
