@@ -54,6 +54,8 @@ def test_bench_throughput_tables_of_a_run_without_recorded_weights_derive_them_f
     text = tables(payload)
     assert "### Same memory budget (70.0 GB incl. 8.0 GB weights: --budget-gb), ctx 102400" in text
     assert "| oscar:model+graph+compile | 26 | 102400 | 23.128 |" in text
+    committed = (ROOT / "results/bench/bench_throughput_h200_027aef4.md").read_text()
+    assert all(line in committed for line in text.splitlines())          # the committed tables are these
 
 
 @pytest.mark.parametrize("content, needle", [(None, "no such file"), ("{", "is not JSON"),
