@@ -8,7 +8,7 @@
                                                                        # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
     python scripts/bench_formats.py --from-json after.json --against before.json   # and each format's time there / here
-    python scripts/bench_formats.py --from-json run.json --variant-ratios   # each --launch variant's time / the default's
+    python scripts/bench_formats.py --from-json run.json --variant-ratios   # each variant's time / its default's
     python scripts/bench_formats.py --grid-only --from-json $(grep -v '^#' results/bench/bench_formats_h200_grid.txt)
                                                                        # the H200 grid's targets, newest row per point
 
@@ -29,8 +29,8 @@ quantizer's own dequantization of the same parts ("correctness:"; launch variant
 $OUT set the rows also go to $OUT/bench_formats.json; the Markdown table is printed last. --from-json prints, from such
 files of one GPU, each format's kernel targets as bench_kernel_grid.py counts INT2's (`format_targets`; with
 --grid-only over the must-show grid's batch x ctx points only), with --variant-ratios each launch variant's time over
-its default's at the same points of the same run (`variant_time_ratios`), then with --against (earlier runs of the same GPU)
-each format's time there over its time here (`format_time_ratios`), then each file's table.
+its default's at the same points of the same run (`variant_time_ratios`), then with --against (earlier runs of the
+same GPU) each format's time there over its time here (`format_time_ratios`), then each file's table.
 """
 from __future__ import annotations
 
@@ -292,6 +292,7 @@ def variant_time_ratios(payloads: list[dict]) -> str:
                      f"{median_span([r for _, r in pairs])} |")
     return "\n".join(lines)
 
+
 def on_grid(row: dict) -> bool:
     """A row at one of the must-show grid's batch x ctx points (bench_kernel_grid.py's GRID_BATCHES x GRID_CTXS)."""
     return row["batch"] in GRID_BATCHES and row["ctx"] in GRID_CTXS
@@ -300,7 +301,8 @@ def on_grid(row: dict) -> bool:
 def from_json(paths: list[str], against: list[str] | None = None, grid_only: bool = False,
               variants: bool = False) -> str:
     """What --from-json prints: the targets of each format over the saved runs' rows (grid_only: over the rows at the
-    must-show grid's points), with variants each launch variant's time over its default's, with --against each format's time ratios against those runs, then each run's table."""
+    must-show grid's points), with variants each launch variant's time over its default's, with --against each
+    format's time ratios against those runs, then each run's table."""
     payloads = read_runs(paths, "--from-json", "format")
     one_device(payloads, "--from-json")
     rows = [r for p in payloads for r in p["rows"]]

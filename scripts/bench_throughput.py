@@ -547,7 +547,8 @@ def main() -> None:
     dev = f"{args.gpus} x {dev}" if args.gpus > 1 else dev
     stamp, rows = datetime.date.today().isoformat(), []
     payload = {"device": dev, "date": stamp, "model": name, "argv": sys.argv, "copy_bandwidth_bytes_per_s": bandwidth,
-               "weights_bytes": weights, "same_budget_cap": args.same_budget_cap, "placement": getattr(model, "hf_device_map", None), "budget_gb": None, "rows": rows,
+               "weights_bytes": weights, "same_budget_cap": args.same_budget_cap,
+               "placement": getattr(model, "hf_device_map", None), "budget_gb": None, "rows": rows,
                "same_budget": []}
     for c, b, q in [(c, b, q) for c in ctxs for b in batches for q in quantizers]:
         row = measure_or_oom(model, q, b, c, args.steps, device, dtype, weights, args.profile, not args.eager_demotions,
