@@ -4,6 +4,8 @@
     python scripts/bench_formats.py --head-dims 128 --points 32:102400 --formats int2,turboquant_k3v3
     python scripts/bench_formats.py --formats turboquant_k3v3 --launch 'block_n=128;num_warps=8'   # launch variants
     python scripts/bench_formats.py --formats int2 --q-tokens 4      # a verification step: 4 tokens per sequence
+    python scripts/bench_formats.py --formats int2 --head-dims 256 --groups 4 --kv-heads 1 --points grid
+                                                                       # a model's own heads (Gemma 3 270M's 4 / 1)
     python scripts/bench_formats.py --formats int4,kivi2 --groups 1,3,4,8,12,16 --head-dims 128 --points grid
                                                                        # bench_kernel_grid.py's grid, per format
     python scripts/bench_formats.py --from-json a.json b.json          # no GPU: each format's targets, the tables
@@ -186,8 +188,8 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
     """Rows of one (shape, batch, ctx): BF16 SDPA first, BF16 on the harness's decode kernel (every row in its
     full-precision segment, as `bf16+graph` decodes), then each format (at its default launch, then at each of
     `launches`) with its speedup over SDPA."""
-    base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "q_tokens": shape.q_tokens,
-            "batch": batch, "ctx": ctx}
+    base = {"head_dim": shape.head_dim, "group": shape.q_heads // shape.kv_heads, "kv_heads": shape.kv_heads,
+            "q_tokens": shape.q_tokens, "batch": batch, "ctx": ctx}
     bf16 = bf16_bytes(batch, ctx, shape)
     sdpa_ms = graph_ms(lambda _: sdpa_call(batch, ctx, shape), bf16)
     kernel_ms = graph_ms(lambda _: bf16_kernel_call(batch, ctx, shape), bf16)
@@ -209,10 +211,15 @@ def bench_point(shape: AttnShape, batch: int, ctx: int, formats: list[str], copy
     return rows
 
 
+def kv_heads(rows: list[dict]) -> str:
+    """The KV heads of a run's rows (runs before --kv-heads have 8: KV_HEADS)."""
+    return ", ".join(str(n) for n in sorted({r.get("kv_heads", KV_HEADS) for r in rows}))
+
+
 def markdown(device: str, copy_tbs: float, rows: list[dict], q_tokens: int = 1, date: str | None = None) -> str:
     tokens = "one query token" if q_tokens == 1 else f"{q_tokens} query tokens per sequence (causal, lower-right)"
     lines = [f"Device: {device}; date {date or datetime.date.today().isoformat()}; copy bandwidth {copy_tbs:.2f} TB/s "
-             f"(read + write); {KV_HEADS} KV heads, {tokens}.", "",
+             f"(read + write); {kv_heads(rows)} KV heads, {tokens}.", "",
              "| head_dim | group | batch | ctx | format | ms | of copy | vs BF16 SDPA |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -324,6 +331,8 @@ def main() -> None:
     parser.add_argument("--groups", "--group", type=positive_ints, default=[4], help="query heads per KV head")
     parser.add_argument("--points", type=format_points, default=[(1, 32768), (8, 32768), (32, 102400)],
                         help="batch:ctx,... or 'grid' (bench_kernel_grid.py's 16 points)")
+    parser.add_argument("--kv-heads", type=positive_int, default=KV_HEADS,
+                        help="KV heads per sequence (8: the grid's; a model's own, e.g. Gemma 3 270M's 1)")
     parser.add_argument("--q-tokens", type=positive_int, default=1,
                         help="query tokens per sequence (a verification step)")
     parser.add_argument("--formats", default=",".join(FORMATS))
@@ -358,7 +367,8 @@ def main() -> None:
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise SystemExit(f"Unknown format(s) {unknown}; known: {', '.join(FORMATS)}.")
-    shapes = [AttnShape(g * KV_HEADS, KV_HEADS, d, args.q_tokens) for d in args.head_dims for g in args.groups]
+    shapes = [AttnShape(g * args.kv_heads, args.kv_heads, d, args.q_tokens) for d in args.head_dims
+              for g in args.groups]
     batches = sorted({batch for batch, _ in args.points})           # each batch's launch family, at a 1k context
     failures = [f for shape in shapes for fmt in formats for batch in batches for f in check_format(fmt, shape, batch)]
     print("correctness:", "all passed" if not failures else failures, flush=True)

@@ -966,3 +966,17 @@ def test_variant_ratios_divide_each_variant_by_its_default_at_the_same_point_of_
     proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--variant-ratios"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--variant-ratios reads saved runs" in proc.stderr
+
+
+def test_format_rows_record_their_kv_heads_and_the_table_says_them(monkeypatch):
+    """bench_formats.py --kv-heads (a model's own heads): each row records its KV heads and the table's heading says
+    them; runs saved before the flag had the grid's 8."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_formats import markdown
+    row = {"head_dim": 256, "group": 4, "batch": 1, "ctx": 1024, "format": "int2", "ms": 0.01, "of_copy": 0.1,
+           "vs_sdpa": 1.0}
+    assert "; 1 KV heads, one query token." in markdown("GPU", 4.0, [{**row, "kv_heads": 1}], date="2026-12-02")
+    assert "; 8 KV heads, one query token." in markdown("GPU", 4.0, [row], date="2026-12-02")
+    proc = subprocess.run([sys.executable, "scripts/bench_formats.py", "--kv-heads", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--kv-heads" in proc.stderr and "Traceback" not in proc.stderr
