@@ -596,6 +596,10 @@ WIDE_HEAD = "bench_kernel_wide_head_launches_h200"   # its sweeps, confirmations
     ("bench_kernel_grid.py", [f"bench_kernel_grid_h200_ea096d1_1k_{name}.json" for name in ("d256", "d128_g16",
                                                                                            "d128_g12")],
      f"{WIDE_HEAD}.md", 40, "INT2 >= BF16 SDPA at 18 of 29 points"),
+    ("bench_formats.py", ["bench_formats_model_heads_h200_gemma3_270m.json"], "bench_formats_model_heads_h200.md", 40,
+     "int2 >= BF16 SDPA at 14 of 16 points"),
+    ("bench_formats.py", ["bench_formats_model_heads_h200_smollm2_135m.json"], "bench_formats_model_heads_h200.md", 40,
+     "int2 >= BF16 SDPA at 14 of 16 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
     """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids, and
