@@ -600,6 +600,8 @@ WIDE_HEAD = "bench_kernel_wide_head_launches_h200"   # its sweeps, confirmations
      "int2 >= BF16 SDPA at 14 of 16 points"),
     ("bench_formats.py", ["bench_formats_model_heads_h200_smollm2_135m.json"], "bench_formats_model_heads_h200.md", 40,
      "int2 >= BF16 SDPA at 14 of 16 points"),
+    ("bench_formats.py", ["bench_formats_model_heads_h200_sweep_d64_two_tiles.json"],
+     "bench_formats_model_heads_h200.md", 40, "int2 >= BF16 SDPA at 16 of 20 points"),
 ])
 def test_from_json_rebuilds_the_committed_grid(script, runs, committed, least_lines, needle):
     """A committed grid (bench_kernel_grid.py's INT2 grid, bench_formats.py's INT4 / KIVI-2 and KIVI-4 grids, and
