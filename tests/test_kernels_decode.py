@@ -425,11 +425,13 @@ def test_warp_rows_split_16_query_rows_over_two_programs(head_dim, group):
 
 @pytest.mark.parametrize("head_dim, group, q_tokens, n_hist, num_splits", [(64, 4, 1, 1000, 3), (64, 3, 1, 301, None),
                                                                           (64, 1, 1, 33, None), (64, 2, 2, 517, 2),
-                                                                          (128, 4, 1, 290, 2)])
+                                                                          (128, 4, 1, 290, 2), (64, 12, 1, 701, None),
+                                                                          (64, 8, 1, 704, 2)])
 def test_four_row_programs_match_reference(head_dim, group, q_tokens, n_hist, num_splits):
     """DecodeConfig.warp_rows=4 (`four_row_pairs`'s launch): up to 4 query rows per KV head in 4-row programs over
     token pairs at head_dim 64 (odd history ends, split boundaries inside a pair, a history shorter than one tile,
-    GQA 2 x T_q 2) and over plain warp tiles at head_dim 128 match the reference."""
+    GQA 2 x T_q 2) and over plain warp tiles at head_dim 128 match the reference; so do 8 and 12 rows in two and
+    three 4-row programs (`short_history_four_rows`'s launch)."""
     spec = INT2[head_dim]
     args, kw = make_inputs(2, 2 * group, 2, q_tokens, head_dim, n_hist, 21, spec, spec, seed=n_hist)
     cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=4)
@@ -729,6 +731,28 @@ def test_head_dim_256_with_12_to_16_rows_on_the_medium_grid_takes_two_warps():
     assert (cfg.num_warps, cfg.block_n) == (2, 128)
     args, kw = make_inputs(2, 32, 2, 1, 256, 300, 21, two_groups, two_groups, seed=5)
     out = decode_attention(*args, **kw, num_splits=2, config=replace(cfg, num_stages=1))
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
+def test_short_head_dim_64_histories_with_8_to_12_rows_take_4_row_programs():
+    """`short_history_four_rows`: head_dim 64, 5-12 query rows per KV head, at most 1,024 packed 2-bit per-token
+    tokens and at most one unit per two SMs (batch 1-8 at 8 KV heads): 4-row programs over token pairs; not with 16
+    rows, not at 2k, not at batch 32, not at head_dim 128, not for 4-bit or KIVI-2's per-channel keys
+    (results/bench/bench_kernel_short_four_rows_h200.md). Its launch matches the reference."""
+    kivi2, int4 = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=4, group=64)
+
+    def rows_per_program(rows=12, units=8, tokens=704, head_dim=64, k=INT2[64], v=INT2[64]):
+        return default_launch(head_dim, k, v, rows, units, 132, tokens).warp_rows
+    for rows, units, tokens in ((8, 8, 704), (12, 8, 704), (8, 24, 704), (12, 64, 1024), (6, 8, 704)):
+        assert rows_per_program(rows, units, tokens) == PAIR_TILE_ROWS
+    assert rows_per_program(rows=16) != PAIR_TILE_ROWS and rows_per_program(tokens=1728) != PAIR_TILE_ROWS
+    assert rows_per_program(units=256) != PAIR_TILE_ROWS and rows_per_program(units=67) != PAIR_TILE_ROWS
+    assert rows_per_program(head_dim=128, k=INT2[128], v=INT2[128]) != PAIR_TILE_ROWS
+    assert rows_per_program(k=int4, v=int4) != PAIR_TILE_ROWS and rows_per_program(k=kivi2) != PAIR_TILE_ROWS
+    cfg = default_launch(64, INT2[64], INT2[64], 12, 8, 132, 704)
+    args, kw = make_inputs(1, 24, 2, 1, 64, 300, 21, INT2[64], INT2[64], seed=12)
+    assert uses_token_pairs(cfg, args[1], args[4], INT2[64], INT2[64], 64)
+    out = decode_attention(*args, **kw, config=replace(cfg, num_stages=1))
     assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
 
 

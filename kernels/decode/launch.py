@@ -73,6 +73,8 @@ ONE_SPLIT_HISTORY_TOKENS = 1024  # packed tokens per unit up to which 2-bit call
                                  # take one split per unit (`short_history_one_split`) and head_dim 128's calls of
                                  # few units 64-token tiles (`short_history_narrow_tiles`): faster at 1k (704
                                  # packed tokens), mixed or slower at 2k (1,728)
+SHORT_FOUR_ROW_MAX_ROWS = 12  # head_dim 64's short histories: 4-row programs up to this many query rows per KV head
+                              # (`short_history_four_rows`; 16 rows were slower at batch 8)
 
 
 def grid_size(units: int, sms: int, history_tokens: int, rows: int = WARP_TILE_ROWS) -> str:
@@ -400,8 +402,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
     `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
-    `short_history_narrow_tiles`, `wide_head_short_one_tile_splits` and `wide_head_wide_rows_two_warps`; without
-    packed history `fp_only_launch`."""
+    `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps` and
+    `short_history_four_rows`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -415,7 +417,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = short_history_one_split(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
-    return wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
+    cfg = wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
+    return short_history_four_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
 
 
 def one_split_history(history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
@@ -479,6 +482,23 @@ def wide_head_wide_rows_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, r
             not two_bit_token_layouts(k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, num_warps=2)
+
+
+def short_history_four_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
+                            k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with 4-row programs (`warp_rows`; token pairs, as `four_row_pairs`) at head_dim 64 where 5 to
+    SHORT_FOUR_ROW_MAX_ROWS query rows per KV head read at most ONE_SPLIT_HISTORY_TOKENS packed tokens of 2-bit
+    per-token K and V with at most one unit per two SMs (batch 1-8 at 8 KV heads on an H200): each program's serial
+    chain is half an 8-row program's, and 12 rows fill three 4-row programs where two 8-row ones held 4 padding rows.
+    H200, 2026-12-03, each point's default beside this launch in one run
+    (results/bench/bench_kernel_short_four_rows_h200.md): at 1k, group 8 batch 1 / 3 / 8 0.87 / 0.79 / 0.93x the time,
+    group 12 0.86 / 0.91 / 0.92x; group 16 0.94 / 0.94 / 1.09x (so 16 rows keep theirs); batch 32 / 1k 1.04-1.37x;
+    at 8k group 8 batch 3 / 8 1.30 / 1.13x, so longer histories keep theirs. Rows 5-7 and 9-11 (GQA 6, GQA 3-5 x T_q
+    2) were not timed."""
+    if head_dim != 64 or not PAIR_TILE_ROWS < rows <= SHORT_FOUR_ROW_MAX_ROWS or 2 * units > sms or \
+            not one_split_history(history_tokens, k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, warp_rows=PAIR_TILE_ROWS)
 
 
 def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: QuantSpec,
