@@ -493,8 +493,9 @@ def short_history_four_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: 
     H200, 2026-12-03, each point's default beside this launch in one run
     (results/bench/bench_kernel_short_four_rows_h200.md): at 1k, group 8 batch 1 / 3 / 8 0.87 / 0.79 / 0.93x the time,
     group 12 0.86 / 0.91 / 0.92x; group 16 0.94 / 0.94 / 1.09x (so 16 rows keep theirs); batch 32 / 1k 1.04-1.37x;
-    at 8k group 8 batch 3 / 8 1.30 / 1.13x, so longer histories keep theirs. Rows 5-7 and 9-11 (GQA 6, GQA 3-5 x T_q
-    2) were not timed."""
+    at 8k group 8 batch 3 / 8 1.30 / 1.13x, so longer histories keep theirs. On this rule's tree the 8-row programs
+    took 1.07-1.27x its time at those 1k points (2k unchanged). Rows 5-7 and 9-11 (GQA 6, GQA 3-5 x T_q 2) were not
+    timed."""
     if head_dim != 64 or not PAIR_TILE_ROWS < rows <= SHORT_FOUR_ROW_MAX_ROWS or 2 * units > sms or \
             not one_split_history(history_tokens, k_spec, v_spec, head_dim):
         return cfg
