@@ -737,8 +737,8 @@ def test_head_dim_256_with_12_to_16_rows_on_the_medium_grid_takes_two_warps():
 def test_short_head_dim_64_histories_with_8_to_12_rows_take_4_row_programs():
     """`short_history_four_rows`: head_dim 64, 5-12 query rows per KV head, at most 1,024 packed 2-bit per-token
     tokens and at most one unit per two SMs (batch 1-8 at 8 KV heads): 4-row programs over token pairs; not with 16
-    rows, not at 2k, not at batch 32, not at head_dim 128, not for 4-bit or KIVI-2's per-channel keys
-    (results/bench/bench_kernel_short_four_rows_h200.md). Its launch matches the reference."""
+    rows, not at 2k, not at batch 32, not at head_dim 128, not for 4-bit or KIVI-2's per-channel keys, not on a launch
+    without token pairs (results/bench/bench_kernel_short_four_rows_h200.md). Its launch matches the reference."""
     kivi2, int4 = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=4, group=64)
 
     def rows_per_program(rows=12, units=8, tokens=704, head_dim=64, k=INT2[64], v=INT2[64]):
@@ -749,6 +749,9 @@ def test_short_head_dim_64_histories_with_8_to_12_rows_take_4_row_programs():
     assert rows_per_program(units=256) != PAIR_TILE_ROWS and rows_per_program(units=67) != PAIR_TILE_ROWS
     assert rows_per_program(head_dim=128, k=INT2[128], v=INT2[128]) != PAIR_TILE_ROWS
     assert rows_per_program(k=int4, v=int4) != PAIR_TILE_ROWS and rows_per_program(k=kivi2) != PAIR_TILE_ROWS
+    from kernels.decode.launch import short_history_four_rows
+    no_pairs = DecodeConfig(warp_tiles=True, token_pairs=False, warp_rows=WARP_TILE_ROWS)
+    assert short_history_four_rows(no_pairs, 64, 12, 8, 132, 704, INT2[64], INT2[64]) == no_pairs
     cfg = default_launch(64, INT2[64], INT2[64], 12, 8, 132, 704)
     args, kw = make_inputs(1, 24, 2, 1, 64, 300, 21, INT2[64], INT2[64], seed=12)
     assert uses_token_pairs(cfg, args[1], args[4], INT2[64], INT2[64], 64)

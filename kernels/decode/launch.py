@@ -488,16 +488,20 @@ def short_history_four_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: 
                             k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
     """cfg with 4-row programs (`warp_rows`; token pairs, as `four_row_pairs`) at head_dim 64 where 5 to
     SHORT_FOUR_ROW_MAX_ROWS query rows per KV head read at most ONE_SPLIT_HISTORY_TOKENS packed tokens of 2-bit
-    per-token K and V with at most one unit per two SMs (batch 1-8 at 8 KV heads on an H200): each program's serial
-    chain is half an 8-row program's, and 12 rows fill three 4-row programs where two 8-row ones held 4 padding rows.
+    per-token K and V with at most one unit per two SMs (batch 1-8 at 8 KV heads on an H200). Likely why (not
+    profiled): shorter serial chains per program, and 12 rows fill three 4-row programs where two 8-row ones held 4
+    padding rows. It runs last in `default_launch`, over `eight_row_programs`' 8 rows, so that the launch is the one
+    measured (`column_meta_pairs`, timed with up to 4 rows only, does not see it).
+
     H200, 2026-12-03, each point's default beside this launch in one run
     (results/bench/bench_kernel_short_four_rows_h200.md): at 1k, group 8 batch 1 / 3 / 8 0.87 / 0.79 / 0.93x the time,
-    group 12 0.86 / 0.91 / 0.92x; group 16 0.94 / 0.94 / 1.09x (so 16 rows keep theirs); batch 32 / 1k 1.04-1.37x;
-    at 8k group 8 batch 3 / 8 1.30 / 1.13x, so longer histories keep theirs. On this rule's tree the 8-row programs
-    took 1.07-1.27x its time at those 1k points (2k unchanged). Rows 5-7 and 9-11 (GQA 6, GQA 3-5 x T_q 2) were not
+    group 12 0.86 / 0.91 / 0.92x; group 16 0.94 / 0.94 / 1.09x (so 16 rows keep theirs); batch 32 / 1k 1.04-1.37x; at
+    8k group 8 batch 3 / 8 1.30 / 1.13x, so longer histories keep theirs. On this rule's tree the 8-row programs took
+    1.07-1.27x its time at those 1k points (2k unchanged). Rows 5-7 and 9-11 (GQA 6, GQA 3-5 x T_q 2) were not
     timed."""
     if head_dim != 64 or not PAIR_TILE_ROWS < rows <= SHORT_FOUR_ROW_MAX_ROWS or 2 * units > sms or \
-            not one_split_history(history_tokens, k_spec, v_spec, head_dim):
+            not one_split_history(history_tokens, k_spec, v_spec, head_dim) or not cfg.token_pairs or \
+            not uses_warp_tiles(cfg, k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, warp_rows=PAIR_TILE_ROWS)
 
