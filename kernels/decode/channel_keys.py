@@ -177,9 +177,9 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
                                        mask=stored[:, :, None], other=0),)           # [WARPS, BLOCK_W, KC]
         qk = _key_dots(packed, k_meta, q_t, K_BITS, GW, K_GROUP, FP16, ASM)          # [WARPS, BLOCK_W, R]
         qk = tl.where(((offs_n >= start) & stored)[:, :, None], qk, float("-inf"))
-        p, m_i, l_i, acc, pz_sum = _warp_softmax_step(qk, m_i, l_i, acc, pz_sum)
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         tiles = _value_tiles(vc_ptr, offs_n, stored, stride_vcn, D, V_BITS, V_GROUP)
-        acc, pz_sum = _value_step(acc, pz_sum, p, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
         v_meta = v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 

@@ -112,12 +112,12 @@ def _scale_probs(p, meta, R: tl.constexpr):
 
 
 @triton.jit
-def _pair_value_step(acc, pz_sum, p, packed, v_meta, R: tl.constexpr, V_BITS: tl.constexpr,
+def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_BITS: tl.constexpr,
                      V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
-    """acc_f += field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
+    """acc_f = alpha * acc_f + field_f(V pairs)^T [2VB, PW] @ P2'_g [PW, 2R] for every value field of one transposed
     pair tile packed [W, 2VB, PW] (bytes), or for each half of every field where the tile is [W, VB, PW] 16-bit
     words (two accumulators per field, one row per word); P2'_g: p times the value scale of group g = f // V_FIELDS
-    of each column's token, in the dot dtype; pz_sum_g += sum P2'_g * zero_g. v_meta:
+    of each column's token, in the dot dtype; pz_sum_g = alpha * pz_sum_g + sum P2'_g * zero_g. v_meta:
     `_pair_meta`'s tuple."""
     VP: tl.constexpr = 8 // V_BITS
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
@@ -126,14 +126,14 @@ def _pair_value_step(acc, pz_sum, p, packed, v_meta, R: tl.constexpr, V_BITS: tl
     for g in tl.static_range(VP // V_FIELDS):
         pv_g, pvz_g = _scale_probs(p, v_meta[g], R)                                  # [W, PW, 2R] each
         pv = pv + (pv_g.to(dtype),)
-        new_pz = new_pz + (pz_sum[g] + tl.sum(pvz_g, axis=1),)
+        new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pvz_g, axis=1),)
     HALVES: tl.constexpr = len(acc) // VP
     new_acc = ()
     for f in tl.static_range(VP):
         for h in tl.static_range(HALVES):
             v = _half_field(packed, f, h, V_BITS, FP16, ASM)                        # [W, 2VB / halves, PW]
             acc_u = acc[f * HALVES + h]
-            new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc_u),)
+            new_acc = new_acc + (tl.dot(v, pv[f // V_FIELDS], acc_u * alpha[:, None, :]),)
     return new_acc, new_pz
 
 
@@ -146,7 +146,7 @@ def _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R
     column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
     token = 2 * pairs[:, :, None] + column_parity                                    # [W, PW, 2R]
     qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
-    p, m_i, l_i, acc, pz_sum = _warp_softmax_step(qk, m_i, l_i, acc, pz_sum)         # streams: [W, 2R]
+    p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                            # alpha: [W, 2R]
     if len(acc) > 8 // V_BITS:                                                       # two halves per field
         vw = tl.arange(0, VB)
         v_token = 2 * pairs[:, None, :] + vw[None, :, None] // (VB // 2)              # [W, VB, PW]
@@ -157,7 +157,7 @@ def _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R
         v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [W, 2VB, PW]
         packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
                          other=0)                                                    # [W, 2VB, PW]
-    acc, pz_sum = _pair_value_step(acc, pz_sum, p, packed, v_meta, R, V_BITS, V_FIELDS, FP16, ASM)
+    acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, V_FIELDS, FP16, ASM)
     return m_i, l_i, acc, pz_sum
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, RESCALE_LOG2, TINY_SCALE, _store_lse
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
 from kernels.decode.packed import _field, _load_token_meta, _query_fields, _split_meta
 
 HALF_WORD_ROWS = 32       # row blocks of >= this many bytes load as 16-bit words (`_value_tiles`)
@@ -161,9 +161,9 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
             else:
                 qk = qk + scores
         qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
-        p, m_i, l_i, acc, pz_sum = _warp_softmax_step(qk, m_i, l_i, acc, pz_sum)
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
         tiles = _value_tiles(vc_ptr, offs_n, mask_n, stride_vcn, D, V_BITS, V_GROUP)
-        acc, pz_sum = _value_step(acc, pz_sum, p, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
         k_meta, v_meta = k_next, v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 
@@ -236,49 +236,22 @@ def _half_field(tile, f: tl.constexpr, h: tl.constexpr, BITS: tl.constexpr, FP16
 
 
 @triton.jit
-def _rescale_streams(streams, alpha):
-    """Each [WARPS, ..., R] stream of a tuple times alpha [WARPS, R] (per warp and query row)."""
-    scaled = ()
-    for i in tl.static_range(len(streams)):
-        x = streams[i]
-        if len(x.shape) == 3:
-            scaled = scaled + (x * alpha[:, None, :],)
-        else:
-            scaled = scaled + (x * alpha,)
-    return scaled
+def _warp_softmax_step(qk, m_i, l_i):
+    """One online-softmax step of every (warp, query row) stream: qk [WARPS, BLOCK_W, R] (masked -inf) ->
+    p, alpha [WARPS, R], the new running max and sum."""
+    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)                                                   # [WARPS, R]
+    p = tl.exp2(qk - m_safe[:, None, :])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
 
 
 @triton.jit
-def _warp_softmax_step(qk, m_i, l_i, acc, pz_sum):
-    """One online-softmax step of every (warp, query row) stream: qk [WARPS, BLOCK_W, R] (masked -inf) -> p and the
-    streams: running max and sum [WARPS, R], the value accumulators `acc` and the per-group sums `pz_sum` (tuples).
-
-    Lazy rescaling: the streams take a new running max only in a tile where some stream's max grows by more than
-    RESCALE_LOG2 (then every stream of the program takes its new max, and the accumulators are rescaled); in the
-    other tiles p = exp2(qk - the kept max) <= 2^RESCALE_LOG2 and no accumulator register is touched (the rescale is
-    one FMUL per accumulator register: 64 of a head_dim-128 pair tile's 736 instructions per warp). The sums are
-    exact either way (the lse carries the kept max); RESCALE_LOG2 bounds p * the value scale, which the value dots
-    take in fp16."""
-    m_tile = tl.max(qk, axis=1)                                                     # [WARPS, R]
-    first_keys = m_i == float("-inf")                                               # +inf growth: must take a max
-    growth = tl.where(m_tile > m_i, tl.where(first_keys, float("inf"), m_tile - tl.where(first_keys, 0.0, m_i)), 0.0)
-    if tl.max(tl.max(growth, axis=1), axis=0) > RESCALE_LOG2:
-        m_new = tl.maximum(m_i, m_tile)
-        alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
-        l_i = l_i * alpha
-        acc = _rescale_streams(acc, alpha)
-        pz_sum = _rescale_streams(pz_sum, alpha)
-        m_i = m_new
-    p = tl.exp2(qk - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None, :])
-    return p, m_i, l_i + tl.sum(p, axis=1), acc, pz_sum
-
-
-@triton.jit
-def _value_step(acc, pz_sum, p, tiles, v_meta, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
+def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
                 FP16: tl.constexpr, ASM: tl.constexpr):
-    """acc_u += V_u^T @ P'_g for every field f and row block j (u = f * blocks + j) of one transposed value tile
-    (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g += sum P'_g * zero_g (the
-    streams' rescale is `_warp_softmax_step`'s)."""
+    """acc_u = alpha * acc_u + V_u^T @ P'_g for every field f and row block j (u = f * blocks + j) of one transposed
+    value tile (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g = alpha *
+    pz_sum_g + sum P'_g * zero_g."""
     VB: tl.constexpr = D * V_BITS // 8
     BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
     ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
@@ -290,7 +263,7 @@ def _value_step(acc, pz_sum, p, tiles, v_meta, D: tl.constexpr, V_BITS: tl.const
         s, z = _split_meta(v_meta[g])
         pv_g = (p * s[:, :, None]).to(dtype)                                        # [WARPS, BLOCK_W, R]
         pv = pv + (pv_g,)
-        new_pz = new_pz + (pz_sum[g] + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
+        new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
     new_acc = ()
     for f in tl.static_range(8 // V_BITS):
         for j in tl.static_range(BLOCKS):
@@ -298,7 +271,7 @@ def _value_step(acc, pz_sum, p, tiles, v_meta, D: tl.constexpr, V_BITS: tl.const
             for h in tl.static_range(HALVES):
                 v = _half_field(tiles[j], f, h, V_BITS, FP16, ASM)                  # [WARPS, rows / halves, BLOCK_W]
                 acc_u = acc[(f * BLOCKS + j) * HALVES + h]
-                new_acc = new_acc + (tl.dot(v, group_pv, acc_u),)
+                new_acc = new_acc + (tl.dot(v, group_pv, acc_u * alpha[:, None, :]),)
     return new_acc, new_pz
 
 

@@ -157,20 +157,20 @@ def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word
 
 
 @triton.jit
-def _value_step(acc, pz_sum, p, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok, BITS: tl.constexpr,
+def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok, BITS: tl.constexpr,
                 FP16: tl.constexpr):
-    """acc_c += codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp; pz_sum += sum p * s * z (the
-    streams' rescale is `_warp_softmax_step`'s)."""
+    """acc_c = alpha * acc_c + codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp; pz_sum = alpha *
+    pz_sum + sum p * s * z."""
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     s, z = _split_meta(v_meta)                                                      # [WARPS, BLOCK_W]
     pv = (p * s[:, :, None]).to(dtype)                                              # [WARPS, BLOCK_W, R]
-    pz_sum = pz_sum + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
+    pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
     words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :] & word_ok[None, :, None], word[None, :, None],
                    stride_vcn, BITS)                                                # [WARPS, KC, BLOCK_W]
     new_acc = ()
     for c in tl.static_range(len(acc)):                                              # field c of every word
         vals = _field(words >> (BITS * c), 0, BITS, FP16, FIELD_TINY, False)            # [WARPS, KC, BLOCK_W]
-        new_acc = new_acc + (tl.dot(vals, pv, acc[c]),)
+        new_acc = new_acc + (tl.dot(vals, pv, acc[c] * alpha[:, None, :]),)
     return new_acc, pz_sum
 
 
@@ -221,8 +221,8 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
         qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
                          NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
-        p, m_i, l_i, acc, pz = _warp_softmax_step(qk, m_i, l_i, acc, (pz_sum,))
-        acc, pz_sum = _value_step(acc, pz[0], p, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok,
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok,
                                   V_BITS, FP16)
         norm, v_meta = norm_next, v_next
     _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_ptr, part_lse_ptr, D, FP16)
