@@ -335,6 +335,22 @@ def test_decode_sass_compiles_the_wide_pairs_as_run_with_fewer_loop_instructions
     assert per128["warp tiles, pairs, column meta"] < per128["warp tiles, pairs"] < per128["warp tiles"]
     assert barriers["warp tiles, pairs, column meta"] < barriers["warp tiles, pairs"]
     assert all(int(row[3]) <= 168 for row in rows.values())
+    assert all(int(row[8]) == per128[name] for name, row in rows.items())   # no forward branches in these loops
+
+
+def test_decode_sass_skips_the_bodies_of_forward_branches():
+    """`skipping_forward_branches` drops what a forward branch jumps over, keeps the loop's back branch and the
+    label's instructions (the path of a tile that skips a rarely needed fix-up, e.g. a rescale)."""
+    sass = ["  .L_x_3:", "        /*0000*/  HMMA.16816.F32 R1, R2, R4, R1 ;", "        /*0010*/  @!P2 BRA `(.L_x_2) ;",
+            "        /*0020*/  FMUL R5, R5, R6 ;", "        /*0030*/  FMUL R7, R7, R6 ;", "  .L_x_2:",
+            "        /*0040*/  MUFU.EX2 R8, R9 ;", "        /*0050*/  @!P1 BRA `(.L_x_3) ;"]
+    code = ("import sys; sys.path.insert(0, 'scripts/dev'); import decode_sass as d; import json; "
+            f"lines = json.loads({json.dumps(json.dumps(sass))}); "
+            "print(d.skipping_forward_branches(lines), d.opcodes(lines))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("] [")[0] + "]" == "['HMMA', 'BRA', 'MUFU', 'BRA']"
+    assert proc.stdout.strip().endswith("['HMMA', 'BRA', 'FMUL', 'FMUL', 'MUFU', 'BRA']")
 
 
 def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():

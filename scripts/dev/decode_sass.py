@@ -20,8 +20,9 @@ No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) 
 The kernel is specialized as a launch of `scripts/bench_kernels.py`'s batch-8 / 32k INT2 call would specialize
 it (pointers and multiples of 16 marked divisible by 16, arguments equal to 1 folded to constants). The history
 loop is the loop whose body holds the HMMA instructions; its static instruction count is what one warp issues
-per BLOCK_N-token tile. Prints a Markdown table: registers, loop instructions (also per 128 tokens), the
-leading opcodes, and the shared-memory accesses and barriers by full opcode (LDS.U8: byte gathers), for the
+per BLOCK_N-token tile (in a loop with forward branches, the bodies they skip included). Prints a Markdown table:
+registers, loop instructions (also per 128 tokens), the leading opcodes, the shared-memory accesses and barriers by
+full opcode (LDS.U8: byte gathers) and the loop's instructions per 128 tokens with those bodies skipped, for the
 row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
 for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
 64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs` and `column_meta_pairs` applied as at run
@@ -188,7 +189,7 @@ def registers(cubin: bytes) -> int:
 
 
 INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
-BACK_BRANCH = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")
+BRANCH = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")  # a branch to a label (backward: a loop; forward: a skip)
 SHARED = re.compile(r"\b((?:LDS|STS|LDSM|STSM|BAR)(?:\.[A-Z0-9_]+)*)\b")  # with modifiers: LDS.U8, BAR.SYNC...
 
 
@@ -206,13 +207,26 @@ def history_loop(lines: list[str]) -> list[str]:
     labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if line.strip().startswith(".L_x_")}
     best, best_mma = [], 0
     for end, line in enumerate(lines):
-        match = BACK_BRANCH.search(line)
+        match = BRANCH.search(line)
         if not match or labels.get(match.group(1), end) >= end:
             continue
         body = lines[labels[match.group(1)]:end + 1]
         if (mma := opcodes(body).count("HMMA")) > best_mma:
             best, best_mma = body, mma
     return best
+
+
+def skipping_forward_branches(lines: list[str]) -> list[str]:
+    """A loop's instructions without the bodies its forward branches jump over (branch .. label): the path a tile
+    takes when every such branch is taken, e.g. a rarely needed fix-up skipped. Equal to `opcodes(lines)` for a loop
+    without forward branches."""
+    labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if line.strip().startswith(".L_x_")}
+    skipped = set()
+    for i, line in enumerate(lines):
+        match = BRANCH.search(line)
+        if match and labels.get(match.group(1), -1) > i:
+            skipped.update(range(i + 1, labels[match.group(1)]))
+    return opcodes([line for i, line in enumerate(lines) if i not in skipped])
 
 
 def kivi_specs(bits: int) -> tuple[QuantSpec, QuantSpec]:
@@ -360,8 +374,8 @@ def main() -> None:
                 for on in (False, True)))
         return
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
-          "| leading opcodes | shared memory and barriers |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| leading opcodes | shared memory and barriers | per 128 tokens, forward branches taken |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for cfg in variants(args.layout):
         cubin = compile_stage1(cfg, layout).asm["cubin"]
         lines = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
@@ -369,8 +383,8 @@ def main() -> None:
         counts = collections.Counter(loop).most_common(args.top)
         shared = ", ".join(f"{op} {n}" for op, n in shared_memory_ops(lines).most_common())
         print(f"| {loop_name(cfg, layout)} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
-              f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + f" | {shared} |",
-              flush=True)
+              f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + f" | {shared} | "
+              f"{len(skipping_forward_branches(lines)) * 128 // cfg.block_n} |", flush=True)
 
 
 if __name__ == "__main__":
