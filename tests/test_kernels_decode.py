@@ -34,11 +34,17 @@ TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # fp32 in the interpreter; fp16 dot ope
 
 
 def make_inputs(batch, q_heads, kv_heads, q_tokens, head_dim, n_hist, n_fp, k_spec, v_spec, *, seed=0,
-                left_pad=True, fp_dtype=torch.float32):
-    """Random q, packed history (via the reference quantizer), fp segment and per-sequence lengths."""
+                left_pad=True, fp_dtype=torch.float32, key_ramp=0.0):
+    """Random q, packed history (via the reference quantizer), fp segment and per-sequence lengths. key_ramp > 0:
+    every query leans on coordinate 0 and the keys' coordinate 0 rises by key_ramp every 256 history tokens, so the
+    scores' running max jumps far above its last value after the first tiles (flat tiles in between)."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, q_heads, q_tokens, head_dim, generator=gen)
-    k_packed = quantize_pack_reference(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen), k_spec)
+    k = torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen)
+    if key_ramp:
+        q[..., 0] += 4.0
+        k[..., 0] += key_ramp * (torch.arange(n_hist) // 256)
+    k_packed = quantize_pack_reference(k, k_spec)
     v_packed = quantize_pack_reference(torch.randn(batch, kv_heads, n_hist, head_dim, generator=gen), v_spec)
     fp_k, fp_v = (torch.randn(batch, kv_heads, n_fp, head_dim, generator=gen).to(fp_dtype) for _ in range(2))
     hist_len = torch.randint(max(n_hist - 5, 0), n_hist + 1, (batch,), generator=gen, dtype=torch.int32)
@@ -492,6 +498,23 @@ def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
     assert default_launch(256, INT2[256], INT2[256], 4, 256, 132, 102400).warp_rows is None
     explicit = DecodeConfig(block_n=256, block_f=32, num_warps=4, num_stages=3, warp_tiles=True, warp_rows=8)
     assert four_row_pairs(explicit, "large", 64, 4, 102400, INT2[64], INT2[64]) == explicit
+
+
+@pytest.mark.parametrize("key_ramp", [0.0, 12.0])
+@pytest.mark.parametrize("group, warp_rows", [(16, 16), (12, 16), (8, 8)])
+def test_lazy_rescale_matches_the_reference_when_late_tiles_raise_the_max(group, warp_rows, key_ramp):
+    """Plain warp tiles with `lazy_rescale` keep each stream's running max until a tile raises one by more than
+    RESCALE_LOG2 (`_lazy_softmax_step`): with keys whose scores jump by ~6 (log2) every 256 tokens, later tiles
+    rescale the accumulators, sums and zero-point sums (the tiles between keep a stale max); without the ramp the
+    first tile's max is kept throughout. The output matches the reference either way (16-row programs at GQA 16 and
+    12, whose padding rows never see a key, and 8-row ones)."""
+    args, kw = make_inputs(1, 2 * group, 2, 1, 128, 1024, 9, INT2[128], INT2[128], key_ramp=key_ramp)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=warp_rows,
+                       lazy_rescale=True)
+    assert uses_warp_tiles(cfg, INT2[128], INT2[128], 128) and not uses_token_pairs(cfg, args[1], args[4],
+                                                                                    INT2[128], INT2[128], 128)
+    reference = decode_attention_reference(*args, **kw)
+    assert (decode_attention(*args, **kw, num_splits=2, config=cfg) - reference).abs().max().item() < TOL
 
 
 @pytest.mark.parametrize("layout, head_dim, group, q_tokens, n_hist, num_splits, warp_rows", [

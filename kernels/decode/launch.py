@@ -48,6 +48,8 @@ class DecodeConfig:
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
     history_loops: bool = True  # False: a call without history splits compiles stage 1 without the history loops
                                 # (its HISTORY constexpr; `compiles_history`, `fp_only_launch`)
+    lazy_rescale: bool = False  # plain warp tiles rescale their accumulators only in tiles that raise a running max by
+                                # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`; `lazy_rescale_rows16`)
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -895,7 +897,7 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             COLUMN_META=cfg.column_meta and token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
-            HISTORY=compiles_history(hist_splits, cfg), num_warps=cfg.num_warps,
+            HISTORY=compiles_history(hist_splits, cfg), LAZY_RESCALE=cfg.lazy_rescale, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,

@@ -169,7 +169,8 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
                       WARP_TILES=warp_tiles, TOKEN_PAIRS=pairs, PAIR_WORDS=uses_pair_words(cfg, block_r),
                       COLUMN_META=column_meta(cfg) and pairs, WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
-                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history)
+                      SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history,
+                      LAZY_RESCALE=cfg.lazy_rescale)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
