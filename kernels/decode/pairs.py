@@ -138,24 +138,38 @@ def _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R: tl.constexpr, V_B
 
 
 @triton.jit
+def _inside(token, end, MASKED: tl.constexpr):
+    """token < end where MASKED, else a constant all-true mask (the compiler drops it from the loads)."""
+    if MASKED:
+        ok = token < end
+    else:
+        ok = tl.full(token.shape, 1, tl.int1)
+    return ok
+
+
+@triton.jit
 def _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R: tl.constexpr, VB: tl.constexpr,
-                 V_BITS: tl.constexpr, V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
-    """One pair tile after its scores qk [W, PW, 2R]: tokens outside [start, end) masked, the online-softmax step of
-    every (warp, parity) stream, the value pair rows of `pairs` [W, PW] loaded and accumulated
-    (`_pair_value_step`) -> the new m_i, l_i, acc, pz_sum."""
-    column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
-    token = 2 * pairs[:, :, None] + column_parity                                    # [W, PW, 2R]
-    qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
+                 V_BITS: tl.constexpr, V_FIELDS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr,
+                 MASKED: tl.constexpr = True):
+    """One pair tile after its scores qk [W, PW, 2R]: tokens outside [start, end) masked (MASKED; a tile inside
+    them needs no mask), the online-softmax step of every (warp, parity) stream, the value pair rows of `pairs`
+    [W, PW] loaded and accumulated (`_pair_value_step`) -> the new m_i, l_i, acc, pz_sum."""
+    if MASKED:
+        column_parity = (tl.arange(0, 2 * R) // R)[None, None, :]
+        token = 2 * pairs[:, :, None] + column_parity                                # [W, PW, 2R]
+        qk = tl.where((token >= start) & (token < end), qk, float("-inf"))
     p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)                            # alpha: [W, 2R]
     if len(acc) > 8 // V_BITS:                                                       # two halves per field
         vw = tl.arange(0, VB)
         v_token = 2 * pairs[:, None, :] + vw[None, :, None] // (VB // 2)              # [W, VB, PW]
+        v_ok = _inside(v_token, end, MASKED)
         packed = tl.load(vc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, None, :] * VB + vw[None, :, None],
-                         mask=v_token < end, other=0)                                # [W, VB, PW] words
+                         mask=v_ok, other=0)                                         # [W, VB, PW] words
     else:
         vb = tl.arange(0, 2 * VB)
         v_token = 2 * pairs[:, None, :] + vb[None, :, None] // VB                    # [W, 2VB, PW]
-        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_token < end,
+        v_ok = _inside(v_token, end, MASKED)
+        packed = tl.load(vc_ptr + pairs[:, None, :] * (2 * VB) + vb[None, :, None], mask=v_ok,
                          other=0)                                                    # [W, 2VB, PW]
     acc, pz_sum = _pair_value_step(acc, pz_sum, p, alpha, packed, v_meta, R, V_BITS, V_FIELDS, FP16, ASM)
     return m_i, l_i, acc, pz_sum
@@ -210,33 +224,58 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     q_sum2 = tl.reshape(tl.broadcast_to(q_sum[None, :], (2, R)), (2 * R,))           # [2R]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2, WORDS)       # acc: [WARPS, 2VB / KH, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
-    kb = tl.arange(0, 2 * KB // KH)
     first = start // 2
-    k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1, COLUMNS)
-    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1, COLUMNS)
-    for p0 in range(first, tl.cdiv(end, 2), PR):
+    head = start % 2                                                                # its first pair holds start - 1
+    lo = first + head * PR
+    hi = lo + tl.maximum(end // 2 - lo, 0) // PR * PR                             # whole tiles inside [start, end)
+    k_meta = _pair_meta(ks_ptr, kz_ptr, lo + sub, end, stride_ksn, 1, COLUMNS)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, 1, COLUMNS)
+    for p0 in range(lo, hi, PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
         k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
         v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
-        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)            # [WARPS, PW, 2KB / KH]
-        if KH == 2:
-            packed = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, :, None] * KB + kb[None, None, :],
-                             mask=k_token < end, other=0)                            # [WARPS, PW, KB] words
-        else:
-            packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
-                             other=0)                                                # [WARPS, PW, 2KB]
-        for f in tl.static_range(KP - 1, -1, -1):
-            for h in tl.static_range(KH):
-                k = _half_field(packed, f, h, K_BITS, FP16, ASM)
-                if f == KP - 1 and h == 0:
-                    qk = tl.dot(k, q2[f * KH + h])
-                else:
-                    qk = tl.dot(k, q2[f * KH + h], qk)                               # [WARPS, PW, 2R]
-        qk = _fold_key_meta(qk, q_sum2, k_meta[0], R)
-        m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
-                                             V_BITS, VP, FP16, ASM)
+        m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
+                                           kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, False)
         k_meta, v_meta = k_next, v_next
+    tail = (hi < tl.cdiv(end, 2)).to(tl.int32)
+    for e in range(0, head + tail):  # the split's partial tiles (a head at an odd start, a tail), masked, in turn
+        p0 = tl.where((e == 0) & (head == 1), first, hi)
+        pairs = p0 + sub
+        k_edge = _pair_meta(ks_ptr, kz_ptr, pairs, end, stride_ksn, 1, COLUMNS)
+        v_edge = _pair_meta(vs_ptr, vz_ptr, pairs, end, stride_vsn, 1, COLUMNS)
+        m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_edge, v_edge, m_i, l_i, acc, pz_sum,
+                                           kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, True)
     _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP, WARPS, R, VB)
+
+
+@triton.jit
+def _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, vc_ptr, KB: tl.constexpr,
+               KH: tl.constexpr, R: tl.constexpr, VB: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
+               FP16: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
+    """One tile of `_history_warp_pairs`, pair rows `pairs` [W, PW] with their (scale, zero) k_meta / v_meta: the
+    scores, then `_pair_attend` -> the new m_i, l_i, acc, pz_sum. MASKED: tokens outside [start, end) are neither
+    loaded nor attended (a split's first tile at an odd start, its last); a tile inside compiles without masks
+    (offline SASS: 368 -> 347 loop instructions per 128 tokens, head_dim 128's wide column-meta pairs)."""
+    KP: tl.constexpr = 8 // K_BITS
+    kb = tl.arange(0, 2 * KB // KH)
+    k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)                # [W, PW, 2KB / KH]
+    k_ok = _inside(k_token, end, MASKED)
+    if KH == 2:
+        packed = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + pairs[:, :, None] * KB + kb[None, None, :],
+                         mask=k_ok, other=0)                                         # [W, PW, KB] words
+    else:
+        packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_ok,
+                         other=0)                                                    # [W, PW, 2KB]
+    for f in tl.static_range(KP - 1, -1, -1):
+        for h in tl.static_range(KH):
+            k = _half_field(packed, f, h, K_BITS, FP16, ASM)
+            if f == KP - 1 and h == 0:
+                qk = tl.dot(k, q2[f * KH + h])
+            else:
+                qk = tl.dot(k, q2[f * KH + h], qk)                                   # [W, PW, 2R]
+    qk = _fold_key_meta(qk, q_sum2, k_meta[0], R)
+    return _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB, V_BITS, 8 // V_BITS,
+                        FP16, ASM, MASKED)
 
 
 @triton.jit

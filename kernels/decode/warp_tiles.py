@@ -126,51 +126,75 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     until a tile raises one by more than RESCALE_LOG2 (`_lazy_softmax_step`).
     """
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
-    KP: tl.constexpr = 8 // K_BITS
-    KB: tl.constexpr = D // KP
     KG: tl.constexpr = D // K_GROUP                                                 # groups per token
     VG: tl.constexpr = D // V_GROUP
-    K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
     q_sums = _query_group_sums(q_ptr, q_rows, row_ok, qk_scale, q_sum, D, KG, FP16)
-    KH: tl.constexpr = _key_halves(D, K_BITS)
     q_t = _query_key_operands(q_ptr, q_rows, row_ok, qk_scale, qf, D, K_BITS, WARPS, FP16)  # [WARPS, KB / KH, R]
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP)
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     k_meta = _group_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn, KG)  # [WARPS, BLOCK_W, 2] each
     v_meta = _group_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn, VG)
-    for n0 in range(start, end, BLOCK_N):
+    full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N              # whole tiles end here
+    for n0 in range(start, full_end, BLOCK_N):
         offs_n = n0 + sub
-        mask_n = offs_n < end
         # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
         k_next = _group_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn, KG)
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
-        packed = _key_tile(kc_ptr, offs_n, mask_n, stride_kcn, D, K_BITS)          # [WARPS, BLOCK_W, KB / KH]
-        for g in tl.static_range(KG):
-            for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
-                for h in tl.static_range(KH):
-                    k = _half_field(packed, f, h, K_BITS, FP16, ASM)
-                    if f == g * K_FIELDS + K_FIELDS - 1 and h == 0:
-                        dots = tl.dot(k, q_t[f * KH + h])
-                    else:
-                        dots = tl.dot(k, q_t[f * KH + h], dots)                     # [WARPS, BLOCK_W, R]
-            s, z = _split_meta(k_meta[g])                                           # [WARPS, BLOCK_W]
-            scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
-            if g == 0:
-                qk = scores
-            else:
-                qk = qk + scores
-        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
-        if LAZY:
-            p, m_i, l_i, acc, pz_sum = _lazy_softmax_step(qk, m_i, l_i, acc, pz_sum)
-            alpha = l_i                                                             # unused: RESCALE=False
-        else:
-            p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        tiles = _value_tiles(vc_ptr, offs_n, mask_n, stride_vcn, D, V_BITS, V_GROUP)
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM, not LAZY)
+        m_i, l_i, acc, pz_sum = _warp_tile(offs_n, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr,
+                                           vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS, K_GROUP, V_GROUP, FP16,
+                                           ASM, LAZY, False)
         k_meta, v_meta = k_next, v_next
+    if full_end < end:                                     # the split's last tile, part of it past the end: masked
+        m_i, l_i, acc, pz_sum = _warp_tile(full_end + sub, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum,
+                                           kc_ptr, vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS, K_GROUP,
+                                           V_GROUP, FP16, ASM, LAZY, True)
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
+
+
+@triton.jit
+def _warp_tile(offs_n, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, vc_ptr, stride_kcn, stride_vcn,
+               D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
+               V_GROUP: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr, LAZY: tl.constexpr,
+               MASKED: tl.constexpr):
+    """One tile of `_history_warp_tiles`, tokens offs_n [WARPS, BLOCK_W] with their (scale, zero) k_meta / v_meta:
+    the scores, the online-softmax step and the value dots -> the new m_i, l_i, acc, pz_sum. MASKED: tokens from
+    `end` on are neither loaded nor attended (the split's last tile); a whole tile inside the split compiles without
+    any mask (offline SASS: 589 -> 550 loop instructions per 128 tokens with 16 rows, 417 -> 383 with 8)."""
+    KP: tl.constexpr = 8 // K_BITS
+    KG: tl.constexpr = D // K_GROUP                                                 # groups per token
+    K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
+    KH: tl.constexpr = _key_halves(D, K_BITS)
+    if MASKED:
+        mask_n = offs_n < end
+    else:
+        mask_n = tl.full(offs_n.shape, 1, tl.int1)                                  # folded away
+    packed = _key_tile(kc_ptr, offs_n, mask_n, stride_kcn, D, K_BITS)              # [WARPS, BLOCK_W, KB / KH]
+    for g in tl.static_range(KG):
+        for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
+            for h in tl.static_range(KH):
+                k = _half_field(packed, f, h, K_BITS, FP16, ASM)
+                if f == g * K_FIELDS + K_FIELDS - 1 and h == 0:
+                    dots = tl.dot(k, q_t[f * KH + h])
+                else:
+                    dots = tl.dot(k, q_t[f * KH + h], dots)                         # [WARPS, BLOCK_W, R]
+        s, z = _split_meta(k_meta[g])                                               # [WARPS, BLOCK_W]
+        scores = (dots * TINY_SCALE - q_sums[g][None, None, :] * z[:, :, None]) * s[:, :, None]
+        if g == 0:
+            qk = scores
+        else:
+            qk = qk + scores
+    if MASKED:
+        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
+    if LAZY:
+        p, m_i, l_i, acc, pz_sum = _lazy_softmax_step(qk, m_i, l_i, acc, pz_sum)
+        alpha = l_i                                                                 # unused: RESCALE=False
+    else:
+        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
+    tiles = _value_tiles(vc_ptr, offs_n, mask_n, stride_vcn, D, V_BITS, V_GROUP)
+    acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM, not LAZY)
+    return m_i, l_i, acc, pz_sum
 
 
 @triton.jit
