@@ -49,7 +49,9 @@ class DecodeConfig:
     history_loops: bool = True  # False: a call without history splits compiles stage 1 without the history loops
                                 # (its HISTORY constexpr; `compiles_history`, `fp_only_launch`)
     lazy_rescale: bool = False  # plain warp tiles rescale their accumulators only in tiles that raise a running max by
-                                # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`; `lazy_rescale_rows16`)
+                                # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`)
+    masked_pair_tiles: bool = False  # token pairs mask every tile in one loop instead of whole tiles unmasked and
+                                     # the partial ones masked (pairs.py; `wide_pairs_masked_tiles`)
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -403,7 +405,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
+    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `wide_pairs_masked_tiles`,
+    `short_history_one_split`,
     `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps` and
     `short_history_four_rows`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
@@ -416,6 +419,7 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
     cfg = column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
                             head_dim, k_spec, v_spec)
+    cfg = wide_pairs_masked_tiles(cfg)
     cfg = short_history_one_split(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
@@ -529,6 +533,15 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
     token_pairs = single_group_layouts(k_spec, v_spec, head_dim) and grid != "medium"
     two_bit = k_spec.container_bits == v_spec.container_bits == 2
     return replace(cfg, column_meta=True) if two_bit and (channel_pairs or token_pairs) else cfg
+
+
+def wide_pairs_masked_tiles(cfg: DecodeConfig) -> DecodeConfig:
+    """cfg with `masked_pair_tiles` (one pair loop masking every tile) for head_dim 128's wide pairs: there the second
+    loop body of whole unmasked tiles and masked partial ones spills under the 168-register cap (offline SASS:
+    `scripts/dev/decode_sass.py --launches`) and was 1.03-1.06x the time of the masked loop at batch 8 / 32, 32k /
+    100k on an H200 (results/bench/bench_kernel_whole_tiles_h200.md), where head_dim 64's pairs were faster
+    unmasked."""
+    return replace(cfg, masked_pair_tiles=True) if cfg.wide_pairs else cfg
 
 
 def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int, k_spec: QuantSpec,
@@ -897,7 +910,8 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             COLUMN_META=cfg.column_meta and token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
-            HISTORY=compiles_history(hist_splits, cfg), LAZY_RESCALE=cfg.lazy_rescale, num_warps=cfg.num_warps,
+            HISTORY=compiles_history(hist_splits, cfg), LAZY_RESCALE=cfg.lazy_rescale,
+            MASKED_PAIRS=cfg.masked_pair_tiles, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,

@@ -195,12 +195,14 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                         start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                         D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, BLOCK_N: tl.constexpr,
                         WARPS: tl.constexpr, WORDS: tl.constexpr, COLUMNS: tl.constexpr, FP16: tl.constexpr,
-                        ASM: tl.constexpr):
+                        ASM: tl.constexpr, MASKED_TILES: tl.constexpr = False):
     """`_history_warp_tiles` over pair rows of a history whose codes are contiguous (token stride = bytes per
     token): tokens [start, end) of one KV head, BLOCK_N tokens (BLOCK_N / 2 pair rows) per tile, one sub-tile of
     pair rows per warp; the codes as 16-bit words where WORDS (`kernels.decode.launch.uses_pair_words`), else as
-    bytes; the (scale, zero) in `_pair_meta`'s COLUMNS form where so. Stores o and lse like the other history
-    loops."""
+    bytes; the (scale, zero) in `_pair_meta`'s COLUMNS form where so. Tiles wholly inside [start, end) compile
+    without masks, in a loop of their own, and a split's partial tiles (its last; its first at an odd start) follow
+    masked; MASKED_TILES: one loop that masks every tile (`DecodeConfig.masked_pair_tiles`: the second loop body's
+    registers spill under a 168-register cap). Stores o and lse like the other history loops."""
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
     VP: tl.constexpr = 8 // V_BITS
@@ -225,26 +227,37 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2, WORDS)       # acc: [WARPS, 2VB / KH, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     first = start // 2
-    head = start % 2                                                                # its first pair holds start - 1
-    lo = first + head * PR
-    hi = lo + tl.maximum(end // 2 - lo, 0) // PR * PR                             # whole tiles inside [start, end)
-    k_meta = _pair_meta(ks_ptr, kz_ptr, lo + sub, end, stride_ksn, 1, COLUMNS)
-    v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, 1, COLUMNS)
-    for p0 in range(lo, hi, PR):
-        pairs = p0 + sub                                                             # [WARPS, PW]
-        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
-        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
-        m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
-                                           kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, False)
-        k_meta, v_meta = k_next, v_next
-    tail = (hi < tl.cdiv(end, 2)).to(tl.int32)
-    for e in range(0, head + tail):  # the split's partial tiles (a head at an odd start, a tail), masked, in turn
-        p0 = tl.where((e == 0) & (head == 1), first, hi)
-        pairs = p0 + sub
-        k_edge = _pair_meta(ks_ptr, kz_ptr, pairs, end, stride_ksn, 1, COLUMNS)
-        v_edge = _pair_meta(vs_ptr, vz_ptr, pairs, end, stride_vsn, 1, COLUMNS)
-        m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_edge, v_edge, m_i, l_i, acc, pz_sum,
-                                           kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, True)
+    if MASKED_TILES:  # one loop body, every tile masked
+        k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1, COLUMNS)
+        v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1, COLUMNS)
+        for p0 in range(first, tl.cdiv(end, 2), PR):
+            pairs = p0 + sub                                                         # [WARPS, PW]
+            k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
+            v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
+            m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
+                                               kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, True)
+            k_meta, v_meta = k_next, v_next
+    else:  # whole tiles unmasked, then the partial ones masked
+        head = start % 2                                                             # its first pair holds start - 1
+        lo = first + head * PR
+        hi = lo + tl.maximum(end // 2 - lo, 0) // PR * PR                            # whole tiles inside [start, end)
+        k_meta = _pair_meta(ks_ptr, kz_ptr, lo + sub, end, stride_ksn, 1, COLUMNS)
+        v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, 1, COLUMNS)
+        for p0 in range(lo, hi, PR):
+            pairs = p0 + sub                                                         # [WARPS, PW]
+            k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
+            v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
+            m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
+                                               kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, False)
+            k_meta, v_meta = k_next, v_next
+        tail = (hi < tl.cdiv(end, 2)).to(tl.int32)
+        for e in range(0, head + tail):  # the split's partial tiles (a head at an odd start, a tail), in turn
+            p0 = tl.where((e == 0) & (head == 1), first, hi)
+            pairs = p0 + sub
+            k_edge = _pair_meta(ks_ptr, kz_ptr, pairs, end, stride_ksn, 1, COLUMNS)
+            v_edge = _pair_meta(vs_ptr, vz_ptr, pairs, end, stride_vsn, 1, COLUMNS)
+            m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_edge, v_edge, m_i, l_i, acc, pz_sum,
+                                               kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, True)
     _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP, WARPS, R, VB)
 
 

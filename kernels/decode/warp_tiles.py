@@ -136,41 +136,34 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     sub = tl.arange(0, WARPS)[:, None] * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]   # [WARPS, BLOCK_W]
     k_meta = _group_meta(ks_ptr, kz_ptr, start + sub, start + sub < end, stride_ksn, KG)  # [WARPS, BLOCK_W, 2] each
     v_meta = _group_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn, VG)
-    full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N              # whole tiles end here
-    for n0 in range(start, full_end, BLOCK_N):
+    for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + sub
         # the next tile's metadata is loaded a whole tile ahead: its global latency hides behind this tile
         k_next = _group_meta(ks_ptr, kz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_ksn, KG)
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
-        m_i, l_i, acc, pz_sum = _warp_tile(offs_n, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr,
-                                           vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS, K_GROUP, V_GROUP, FP16,
-                                           ASM, LAZY, False)
+        m_i, l_i, acc, pz_sum = _warp_tile(offs_n, end, n0 + BLOCK_N > end, q_t, q_sums, k_meta, v_meta, m_i, l_i,
+                                           acc, pz_sum, kc_ptr, vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS,
+                                           K_GROUP, V_GROUP, FP16, ASM, LAZY)
         k_meta, v_meta = k_next, v_next
-    if full_end < end:                                     # the split's last tile, part of it past the end: masked
-        m_i, l_i, acc, pz_sum = _warp_tile(full_end + sub, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum,
-                                           kc_ptr, vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS, K_GROUP,
-                                           V_GROUP, FP16, ASM, LAZY, True)
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 
 
 @triton.jit
-def _warp_tile(offs_n, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, vc_ptr, stride_kcn, stride_vcn,
-               D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
-               V_GROUP: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr, LAZY: tl.constexpr,
-               MASKED: tl.constexpr):
+def _warp_tile(offs_n, end, partial, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, vc_ptr, stride_kcn,
+               stride_vcn, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
+               V_GROUP: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr, LAZY: tl.constexpr):
     """One tile of `_history_warp_tiles`, tokens offs_n [WARPS, BLOCK_W] with their (scale, zero) k_meta / v_meta:
-    the scores, the online-softmax step and the value dots -> the new m_i, l_i, acc, pz_sum. MASKED: tokens from
-    `end` on are neither loaded nor attended (the split's last tile); a whole tile inside the split compiles without
-    any mask (offline SASS: 589 -> 550 loop instructions per 128 tokens with 16 rows, 417 -> 383 with 8)."""
+    the scores, the online-softmax step and the value dots -> the new m_i, l_i, acc, pz_sum. The code loads take no
+    mask: a token from `end` on reads token end - 1 (always stored), and only a `partial` tile (the split's last,
+    part of it past `end`) masks those tokens' scores, in a branch the other tiles skip (offline SASS per 128
+    tokens, head_dim 128, those tiles: 589 -> 559 with 16 rows, 417 -> 394 with 8; `scripts/dev/decode_sass.py`)."""
     KP: tl.constexpr = 8 // K_BITS
     KG: tl.constexpr = D // K_GROUP                                                 # groups per token
     K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
     KH: tl.constexpr = _key_halves(D, K_BITS)
-    if MASKED:
-        mask_n = offs_n < end
-    else:
-        mask_n = tl.full(offs_n.shape, 1, tl.int1)                                  # folded away
-    packed = _key_tile(kc_ptr, offs_n, mask_n, stride_kcn, D, K_BITS)              # [WARPS, BLOCK_W, KB / KH]
+    rows = tl.minimum(offs_n, end - 1)                                              # in bounds: no load masks
+    mask_n = tl.full(offs_n.shape, 1, tl.int1)                                      # folded away
+    packed = _key_tile(kc_ptr, rows, mask_n, stride_kcn, D, K_BITS)                # [WARPS, BLOCK_W, KB / KH]
     for g in tl.static_range(KG):
         for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
             for h in tl.static_range(KH):
@@ -185,14 +178,14 @@ def _warp_tile(offs_n, end, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, 
             qk = scores
         else:
             qk = qk + scores
-    if MASKED:
-        qk = tl.where(mask_n[:, :, None], qk, float("-inf"))
+    if partial:
+        qk = tl.where((offs_n < end)[:, :, None], qk, float("-inf"))
     if LAZY:
         p, m_i, l_i, acc, pz_sum = _lazy_softmax_step(qk, m_i, l_i, acc, pz_sum)
         alpha = l_i                                                                 # unused: RESCALE=False
     else:
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-    tiles = _value_tiles(vc_ptr, offs_n, mask_n, stride_vcn, D, V_BITS, V_GROUP)
+    tiles = _value_tiles(vc_ptr, rows, mask_n, stride_vcn, D, V_BITS, V_GROUP)
     acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM, not LAZY)
     return m_i, l_i, acc, pz_sum
 
