@@ -51,7 +51,7 @@ class DecodeConfig:
     lazy_rescale: bool = False  # plain warp tiles rescale their accumulators only in tiles that raise a running max by
                                 # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`)
     masked_pair_tiles: bool = False  # token pairs mask every tile in one loop instead of whole tiles unmasked and
-                                     # the partial ones masked (pairs.py; `wide_pairs_masked_tiles`)
+                                     # the partial ones masked (pairs.py; `capped_pairs_masked_tiles`)
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -405,10 +405,9 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     """The launch `decode_attention` takes on a GPU of `sms` SMs when given no config, for `units` (sequence, KV head)
     pairs of `rows` query rows over `history_tokens` packed tokens and `fp_tokens` fp-segment rows: the family by
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
-    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `wide_pairs_masked_tiles`,
-    `short_history_one_split`,
-    `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps` and
-    `short_history_four_rows`; without packed history `fp_only_launch`."""
+    `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
+    `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps`,
+    `short_history_four_rows` and `capped_pairs_masked_tiles`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -419,12 +418,12 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
         return fp_only_launch(cfg, head_dim, rows, grid, fp_tokens)
     cfg = column_meta_pairs(four_row_pairs(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec), grid,
                             head_dim, k_spec, v_spec)
-    cfg = wide_pairs_masked_tiles(cfg)
     cfg = short_history_one_split(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = short_history_narrow_tiles(cfg, head_dim, units, sms, history_tokens, k_spec, v_spec)
     cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
-    return short_history_four_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    cfg = short_history_four_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    return capped_pairs_masked_tiles(cfg, rows)
 
 
 def one_split_history(history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
@@ -535,13 +534,15 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
     return replace(cfg, column_meta=True) if two_bit and (channel_pairs or token_pairs) else cfg
 
 
-def wide_pairs_masked_tiles(cfg: DecodeConfig) -> DecodeConfig:
-    """cfg with `masked_pair_tiles` (one pair loop masking every tile) for head_dim 128's wide pairs: there the second
-    loop body of whole unmasked tiles and masked partial ones spills under the 168-register cap (offline SASS:
-    `scripts/dev/decode_sass.py --launches`) and was 1.03-1.06x the time of the masked loop at batch 8 / 32, 32k /
-    100k on an H200 (results/bench/bench_kernel_whole_tiles_h200.md), where head_dim 64's pairs were faster
-    unmasked."""
-    return replace(cfg, masked_pair_tiles=True) if cfg.wide_pairs else cfg
+def capped_pairs_masked_tiles(cfg: DecodeConfig, rows: int) -> DecodeConfig:
+    """cfg with `masked_pair_tiles` (one pair loop masking every tile) for head_dim 128's wide pairs and for 8-row
+    pair programs: there the second loop body (whole tiles unmasked, then the partial ones masked) spills under the
+    168-register cap (9-12 spill instructions in the loop, 1-2 for the wide pairs: `scripts/dev/decode_sass.py
+    --launches`) and was slower on an H200 (wide pairs 1.03-1.06x, batch 8 / 32 at 32k / 100k; head_dim 64 GQA 8
+    1.02-1.03x at batch 32; results/bench/bench_kernel_whole_tiles_h200.md). 4-row pairs at head_dim 64 (no spills)
+    and 16-row ones (uncapped) were faster with whole tiles unmasked and keep them."""
+    eight_rows = cfg.warp_tiles and cfg.token_pairs and _warp_rows(cfg, rows) == WARP_TILE_ROWS
+    return replace(cfg, masked_pair_tiles=True) if cfg.wide_pairs or eight_rows else cfg
 
 
 def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int, k_spec: QuantSpec,
