@@ -322,7 +322,7 @@ def test_decode_sass_counts_kivi4_and_its_launch_rules_issue_fewer_instructions(
 def test_decode_sass_compiles_the_wide_pairs_as_run_with_fewer_loop_instructions():
     """`decode_sass.py --layout int2-wide`: the large grid's 8-row launch at head_dim 128, GQA 4, the same launch after
     `four_row_pairs` (4-row programs over 64-byte pair rows), after `column_meta_pairs` and after
-    `capped_pairs_masked_tiles` (as run), offline: each of the first three issues fewer loop instructions per 128
+    `masked_pair_tile_launches` (as run), offline: each of the first three issues fewer loop instructions per 128
     tokens than the one before under the same 168-register cap, the column meta fewer block barriers
     (results/bench/bench_kernel_wide_pairs_limits_h200.md, _column_meta_h200.md), and the loop of whole unmasked
     tiles fewer than the one that masks every tile; the 8-row loop's partial-tile mask is a branch whole tiles

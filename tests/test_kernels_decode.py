@@ -539,6 +539,38 @@ def test_column_meta_pairs_match_reference_and_the_four_tensor_form(layout, head
     assert torch.equal(columns, decode_attention(*args, **kw, num_splits=num_splits, config=cfg))
 
 
+@pytest.mark.parametrize("head_dim, group, n_hist, num_splits, warp_rows", [
+    (64, 4, 301, 3, 4), (64, 16, 200, 3, 16), (128, 4, 301, 3, 4), (64, 8, 77, 1, 8)])
+def test_pair_loops_of_whole_unmasked_tiles_match_the_masked_loop(head_dim, group, n_hist, num_splits, warp_rows):
+    """The pair loop that runs whole tiles unmasked and then a split's partial tiles masked (odd starts from left
+    padding: a masked first tile; odd ends, splits inside a pair) matches the reference, and the loop that masks
+    every tile (`DecodeConfig.masked_pair_tiles`) within the interpreter's rounding of a different tile order."""
+    args, kw = make_inputs(2, 2 * group, 2, 1, head_dim, n_hist, 21, INT2[head_dim], INT2[head_dim], seed=n_hist)
+    assert (args[-2] % 2 == 1).any()                                    # an odd history start
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=warp_rows,
+                       wide_pairs=head_dim == 128)
+    assert uses_token_pairs(cfg, args[1], args[4], INT2[head_dim], INT2[head_dim], head_dim)
+    whole = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
+    masked = decode_attention(*args, **kw, num_splits=num_splits, config=replace(cfg, masked_pair_tiles=True))
+    assert (whole - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+    assert (whole - masked).abs().max().item() < 1e-5
+
+
+def test_masked_pair_tiles_only_where_whole_tiles_were_slower():
+    """`default_launch` keeps the pair loop that masks every tile (`masked_pair_tile_launches`) for head_dim 128's
+    wide pairs, 8-row pair programs and the tiny and small grids (slower or spilling with whole tiles unmasked,
+    results/bench/bench_kernel_whole_tiles_h200.md); 4- and 16-row pair programs on the medium and large grids run
+    whole tiles unmasked, and launches without pairs never ask for masked pair tiles."""
+    def launch(head_dim, rows, batch, ctx):
+        return default_launch(head_dim, INT2[head_dim], INT2[head_dim], rows, batch * 8, 132, ctx)
+    assert launch(128, 4, 32, 102400).wide_pairs and launch(128, 4, 32, 102400).masked_pair_tiles
+    assert launch(64, 8, 32, 102400).masked_pair_tiles                 # 8-row pair programs
+    assert launch(64, 4, 1, 1024).masked_pair_tiles and launch(64, 16, 1, 8192).masked_pair_tiles  # the tiny grid
+    assert not launch(64, 4, 32, 102400).masked_pair_tiles and not launch(64, 16, 32, 102400).masked_pair_tiles
+    assert not launch(64, 16, 8, 32768).masked_pair_tiles              # the medium grid, 16 rows
+    assert not any(launch(d, rows, 32, 102400).masked_pair_tiles for d, rows in ((128, 16), (256, 4), (128, 8)))
+
+
 def test_column_meta_only_where_it_was_measured_faster():
     """`default_launch` loads the pair loops' (scale, zero) per column (`column_meta_pairs`) in 4-row programs for 2-bit
     tokens with one (scale, zero) each (head_dim 64, 128's wide pairs) on every grid but the medium one, and for

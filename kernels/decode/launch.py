@@ -51,7 +51,7 @@ class DecodeConfig:
     lazy_rescale: bool = False  # plain warp tiles rescale their accumulators only in tiles that raise a running max by
                                 # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`)
     masked_pair_tiles: bool = False  # token pairs mask every tile in one loop instead of whole tiles unmasked and
-                                     # the partial ones masked (pairs.py; `capped_pairs_masked_tiles`)
+                                     # the partial ones masked (pairs.py; `masked_pair_tile_launches`)
 
 
 GRIDS = ("tiny", "small", "medium", "large")
@@ -407,7 +407,7 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
     `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
     `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps`,
-    `short_history_four_rows` and `capped_pairs_masked_tiles`; without packed history `fp_only_launch`."""
+    `short_history_four_rows` and `masked_pair_tile_launches`; without packed history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -423,7 +423,7 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
     cfg = short_history_four_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
-    return capped_pairs_masked_tiles(cfg, rows)
+    return masked_pair_tile_launches(cfg, grid, head_dim, rows, k_spec, v_spec)
 
 
 def one_split_history(history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec, head_dim: int) -> bool:
@@ -534,15 +534,24 @@ def column_meta_pairs(cfg: DecodeConfig, grid: str, head_dim: int, k_spec: Quant
     return replace(cfg, column_meta=True) if two_bit and (channel_pairs or token_pairs) else cfg
 
 
-def capped_pairs_masked_tiles(cfg: DecodeConfig, rows: int) -> DecodeConfig:
-    """cfg with `masked_pair_tiles` (one pair loop masking every tile) for head_dim 128's wide pairs and for 8-row
-    pair programs: there the second loop body (whole tiles unmasked, then the partial ones masked) spills under the
-    168-register cap (9-12 spill instructions in the loop, 1-2 for the wide pairs: `scripts/dev/decode_sass.py
-    --launches`) and was slower on an H200 (wide pairs 1.03-1.06x, batch 8 / 32 at 32k / 100k; head_dim 64 GQA 8
-    1.02-1.03x at batch 32; results/bench/bench_kernel_whole_tiles_h200.md). 4-row pairs at head_dim 64 (no spills)
-    and 16-row ones (uncapped) were faster with whole tiles unmasked and keep them."""
-    eight_rows = cfg.warp_tiles and cfg.token_pairs and _warp_rows(cfg, rows) == WARP_TILE_ROWS
-    return replace(cfg, masked_pair_tiles=True) if cfg.wide_pairs or eight_rows else cfg
+def masked_pair_tile_launches(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, k_spec: QuantSpec,
+                              v_spec: QuantSpec) -> DecodeConfig:
+    """cfg with `masked_pair_tiles` (one pair loop masking every tile, the loop before whole tiles went unmasked)
+    where the two-body loop (whole tiles unmasked, then the partial ones masked) was slower on an H200
+    (results/bench/bench_kernel_whole_tiles_h200.md, one round per point, trees alternating in each call):
+    - head_dim 128's wide pairs: the second body spills under the 168-register cap (1-2 spill instructions in the
+      loop, `scripts/dev/decode_sass.py --launches`): 1.03-1.06x the time at batch 8 / 32, 32k / 100k;
+    - 8-row pair programs (head_dim 64, GQA 5-8): 9-12 spill instructions under the same cap, 1.02-1.03x at batch 32;
+    - the tiny and small grids (batch 1-2): 1.03-1.11x at batch 1 / 1k-8k (GQA 4, 8 and 16), where a split holds
+      few tiles and its partial one runs outside the pipelined loop.
+    4-row (no spills) and 16-row (uncapped) pair programs on the medium and large grids keep whole tiles unmasked:
+    0.85-0.98x at batch 32 / 32k-100k, 0.94x at batch 32 / 8k with 16 rows."""
+    token_bytes = head_dim * k_spec.container_bits // 8
+    if not (k_spec.container_bits == v_spec.container_bits and reads_token_pairs(cfg, token_bytes, k_spec, v_spec,
+                                                                                  head_dim)):
+        return cfg
+    masked = cfg.wide_pairs or _warp_rows(cfg, rows) == WARP_TILE_ROWS or grid in ("tiny", "small")
+    return replace(cfg, masked_pair_tiles=True) if masked else cfg
 
 
 def four_row_pairs(cfg: DecodeConfig, grid: str, head_dim: int, rows: int, history_tokens: int, k_spec: QuantSpec,

@@ -26,7 +26,7 @@ full opcode (LDS.U8: byte gathers) and the loop's instructions per 128 tokens wi
 row-major loop (`_history_split`, 128-token tiles) and the warp tiles (`_history_warp_tiles`, the GPU default
 for this shape, 256-token tiles). --launches compiles INT2's launch (`launch_config`) on every grid at head_dim
 64 / 128 / 256 with GQA 4 and 16 (16-row programs), with `four_row_pairs`, `column_meta_pairs` and
-`capped_pairs_masked_tiles` applied as at run
+`masked_pair_tile_launches` applied as at run
 time over this history (GQA 4: 4-row pair programs at head_dim 64, and on the medium and large grids wide pairs at
 128; 8 rows elsewhere): registers, loop instructions per 128 tokens and spill instructions (LDL / STL) inside the
 loop. To compare trees, copy this script into a `git archive` of the other tree and run it there (it imports the
@@ -65,7 +65,7 @@ from kernels.format import QuantSpec  # noqa: E402
 uses_pair_words = getattr(launch_rules, "uses_pair_words", lambda cfg, row_block: True)
 four_row_pairs = getattr(launch_rules, "four_row_pairs", lambda cfg, *rule_args: cfg)
 column_meta_pairs = getattr(launch_rules, "column_meta_pairs", lambda cfg, *rule_args: cfg)
-capped_pairs_masked_tiles = getattr(launch_rules, "capped_pairs_masked_tiles", lambda cfg, rows: cfg)
+masked_pair_tile_launches = getattr(launch_rules, "masked_pair_tile_launches", lambda cfg, *rule_args: cfg)
 reads_token_pairs = getattr(launch_rules, "reads_token_pairs", lambda cfg, token_bytes, *specs_and_head_dim: (
     launch_rules.uses_token_pairs(cfg, *[torch.empty(1, 1, 2, token_bytes, dtype=torch.uint8)] * 2,
                                   *specs_and_head_dim)))
@@ -241,7 +241,7 @@ def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
     int2-d64: warp tiles with and without token pairs; int2-wide: the large grid's 8-row launch (`launch_config`),
     what `four_row_pairs` makes of it at GQA 4 (4-row programs over wide pairs), `column_meta_pairs` then, with whole
-    tiles unmasked, and `capped_pairs_masked_tiles` then (as run: every tile masked); kivi2: its default (the
+    tiles unmasked, and `masked_pair_tile_launches` then (as run: every tile masked); kivi2: its default (the
     row-major loop) and channel-key warp tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles
     over token pairs with one and two key groups per warp (128- and 256-token tiles, the latter the default), and
     without pairs; kivi4: the large grid's
@@ -262,7 +262,8 @@ def variants(name: str) -> list[DecodeConfig]:
         large = launch_config(layout.head_dim, True, "large", spec, spec, layout.q_heads // KV_HEADS)
         pairs = four_row_pairs(large, "large", layout.head_dim, layout.q_heads // KV_HEADS, HIST, spec, spec)
         columns = column_meta_pairs(pairs, "large", layout.head_dim, spec, spec)
-        return [large, pairs, columns, capped_pairs_masked_tiles(columns, layout.q_heads // KV_HEADS)]
+        rows = layout.q_heads // KV_HEADS
+        return [large, pairs, columns, masked_pair_tile_launches(columns, "large", layout.head_dim, rows, spec, spec)]
     channel_tiles = replace(default, warp_tiles=True, channel_key_tiles=True, asm_unpack=False)
     if name == "kivi2":
         return [default, channel_tiles]
@@ -307,7 +308,8 @@ def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None 
             for grid in GRIDS:
                 cfg = four_row_pairs(launch_config(d, True, grid, k_spec, v_spec, group), grid, d, group, HIST,
                                      k_spec, v_spec)
-                cfg = capped_pairs_masked_tiles(column_meta_pairs(cfg, grid, d, k_spec, v_spec), group)
+                cfg = masked_pair_tile_launches(column_meta_pairs(cfg, grid, d, k_spec, v_spec), grid, d, group, k_spec,
+                                                v_spec)
                 cfg = replace(cfg, maxnreg=None) if uncapped else cfg
                 fp = f" {registers(compile_stage1(cfg, layout, group, history=False).asm['cubin'])} |" if fp_only else ""
                 lines.append(f"| {d} | {group} | {grid} | {cfg.block_n} | {cfg.num_warps} | {cfg.maxnreg} | "
