@@ -542,10 +542,10 @@ def masked_pair_tile_launches(cfg: DecodeConfig, grid: str, head_dim: int, rows:
     - head_dim 128's wide pairs: the second body spills under the 168-register cap (1-2 spill instructions in the
       loop, `scripts/dev/decode_sass.py --launches`): 1.03-1.06x the time at batch 8 / 32, 32k / 100k;
     - 8-row pair programs (head_dim 64, GQA 5-8): 9-12 spill instructions under the same cap, 1.02-1.03x at batch 32;
-    - the tiny and small grids (batch 1-2): 1.03-1.11x at batch 1 / 1k-8k (GQA 4, 8 and 16), where a split holds
-      few tiles and its partial one runs outside the pipelined loop.
+    - the tiny grid (batch 1): 1.00-1.11x at 1k-8k (GQA 4, 8 and 16; slower at 4 of 6 points), where a split holds
+      few tiles and its partial one runs outside the pipelined loop; the small grid (batch 2, not timed) with it.
     4-row (no spills) and 16-row (uncapped) pair programs on the medium and large grids keep whole tiles unmasked:
-    0.85-0.98x at batch 32 / 32k-100k, 0.94x at batch 32 / 8k with 16 rows."""
+    4 rows 0.93-1.01x at batch 8-32 / 32k-100k, 16 rows 0.87-0.96x there and 0.94x at batch 32 / 8k."""
     token_bytes = head_dim * k_spec.container_bits // 8
     if not (k_spec.container_bits == v_spec.container_bits and reads_token_pairs(cfg, token_bytes, k_spec, v_spec,
                                                                                   head_dim)):
