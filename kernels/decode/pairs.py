@@ -227,33 +227,26 @@ def _history_warp_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, D, 2, WORDS)       # acc: [WARPS, 2VB / KH, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
     first = start // 2
-    if MASKED_TILES:  # one loop body, every tile masked
-        k_meta = _pair_meta(ks_ptr, kz_ptr, first + sub, end, stride_ksn, 1, COLUMNS)
-        v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, 1, COLUMNS)
-        for p0 in range(first, tl.cdiv(end, 2), PR):
-            pairs = p0 + sub                                                         # [WARPS, PW]
-            k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
-            v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
-            m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
-                                               kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, True)
-            k_meta, v_meta = k_next, v_next
-    else:  # whole tiles unmasked, then the partial ones masked
+    if MASKED_TILES:                                                                 # one loop, every tile masked
+        lo = first
+        hi = tl.cdiv(end, 2)
+    else:                                                                            # whole tiles first, unmasked
         head = start % 2                                                             # its first pair holds start - 1
         lo = first + head * PR
         hi = lo + tl.maximum(end // 2 - lo, 0) // PR * PR                            # whole tiles inside [start, end)
-        k_meta = _pair_meta(ks_ptr, kz_ptr, lo + sub, end, stride_ksn, 1, COLUMNS)
-        v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, 1, COLUMNS)
-        for p0 in range(lo, hi, PR):
-            pairs = p0 + sub                                                         # [WARPS, PW]
-            k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
-            v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
-            m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
-                                               kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, False)
-            k_meta, v_meta = k_next, v_next
+    k_meta = _pair_meta(ks_ptr, kz_ptr, lo + sub, end, stride_ksn, 1, COLUMNS)
+    v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, 1, COLUMNS)
+    for p0 in range(lo, hi, PR):
+        pairs = p0 + sub                                                             # [WARPS, PW]
+        k_next = _pair_meta(ks_ptr, kz_ptr, pairs + PR, end, stride_ksn, 1, COLUMNS)  # a tile ahead
+        v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, 1, COLUMNS)
+        m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_sum,
+                                           kc_ptr, vc_ptr, KB, KH, R, VB, K_BITS, V_BITS, FP16, ASM, MASKED_TILES)
+        k_meta, v_meta = k_next, v_next
+    if not MASKED_TILES:
         tail = (hi < tl.cdiv(end, 2)).to(tl.int32)
-        for e in range(0, head + tail):  # the split's partial tiles (a head at an odd start, a tail), in turn
-            p0 = tl.where((e == 0) & (head == 1), first, hi)
-            pairs = p0 + sub
+        for e in range(0, head + tail):  # the split's partial tiles (a head at an odd start, a tail), masked
+            pairs = tl.where((e == 0) & (head == 1), first, hi) + sub
             k_edge = _pair_meta(ks_ptr, kz_ptr, pairs, end, stride_ksn, 1, COLUMNS)
             v_edge = _pair_meta(vs_ptr, vz_ptr, pairs, end, stride_vsn, 1, COLUMNS)
             m_i, l_i, acc, pz_sum = _pair_tile(pairs, start, end, q2, q_sum2, k_edge, v_edge, m_i, l_i, acc, pz_sum,
@@ -268,7 +261,8 @@ def _pair_tile(pairs, start, end, q2, q_sum2, k_meta, v_meta, m_i, l_i, acc, pz_
     """One tile of `_history_warp_pairs`, pair rows `pairs` [W, PW] with their (scale, zero) k_meta / v_meta: the
     scores, then `_pair_attend` -> the new m_i, l_i, acc, pz_sum. MASKED: tokens outside [start, end) are neither
     loaded nor attended (a split's first tile at an odd start, its last); a tile inside compiles without masks
-    (offline SASS: 368 -> 347 loop instructions per 128 tokens, head_dim 128's wide column-meta pairs)."""
+    (offline SASS per 128 tokens: head_dim 64's 4-row pairs on the large grid 246 -> 225; head_dim 128's wide
+    column-meta pairs 368 -> 341, which keep the masked loop: `kernels.decode.launch.masked_pair_tile_launches`)."""
     KP: tl.constexpr = 8 // K_BITS
     kb = tl.arange(0, 2 * KB // KH)
     k_token = 2 * pairs[:, :, None] + kb[None, None, :] // (KB // KH)                # [W, PW, 2KB / KH]
