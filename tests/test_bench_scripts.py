@@ -363,7 +363,8 @@ def test_decode_sass_launches_spill_nowhere_but_under_the_small_grids_cap():
     """`decode_sass.py --launches` compiles INT2's launch on every grid (head_dim 64 / 128 / 256, GQA 4 and 16) for
     sm_90a offline, `four_row_pairs` applied as at run time: no history loop spills except under the small grid's
     128-register cap and in head_dim 64's 16-row pair programs (255 registers: a few, since whole tiles compile
-    unmasked beside the masked partial ones, timed faster, results/bench/bench_kernel_whole_tiles_h200.md); GQA 4 reads 4-row pair programs at head_dim 64 and wide pairs at 128 off the small grids, each
+    unmasked beside the masked partial ones, timed faster, results/bench/bench_kernel_whole_tiles_h200.md); GQA 4
+    reads 4-row pair programs at head_dim 64 and wide pairs at 128 off the small grids, each
     below the 8-row pair-word loop's instruction count (714 / 417 per 128 tokens, results/bench/decode_sass.md)."""
     proc = subprocess.run([sys.executable, "scripts/dev/decode_sass.py", "--launches"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)

@@ -502,15 +502,13 @@ def test_four_row_pairs_only_where_pairs_serve_up_to_four_rows():
 
 @pytest.mark.parametrize("key_ramp", [0.0, 12.0])
 @pytest.mark.parametrize("group, warp_rows", [(16, 16), (12, 16), (8, 8)])
-def test_lazy_rescale_matches_the_reference_when_late_tiles_raise_the_max(group, warp_rows, key_ramp):
-    """Plain warp tiles with `lazy_rescale` keep each stream's running max until a tile raises one by more than
-    RESCALE_LOG2 (`_lazy_softmax_step`): with keys whose scores jump by ~6 (log2) every 256 tokens, later tiles
-    rescale the accumulators, sums and zero-point sums (the tiles between keep a stale max); without the ramp the
-    first tile's max is kept throughout. The output matches the reference either way (16-row programs at GQA 16 and
-    12, whose padding rows never see a key, and 8-row ones)."""
+def test_warp_tile_streams_match_the_reference_when_late_tiles_raise_the_max(group, warp_rows, key_ramp):
+    """Plain warp tiles (`_warp_tile`, whole tiles unmasked, the split's partial last one masked): with keys whose
+    scores jump by ~6 (log2) every 256 tokens, later tiles rescale the accumulators, sums and zero-point sums by a
+    large factor, and the output matches the reference as without the ramp (16-row programs at GQA 16 and 12, whose
+    padding rows never see a key, and 8-row ones)."""
     args, kw = make_inputs(1, 2 * group, 2, 1, 128, 1024, 9, INT2[128], INT2[128], key_ramp=key_ramp)
-    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=warp_rows,
-                       lazy_rescale=True)
+    cfg = DecodeConfig(block_n=128, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=warp_rows)
     assert uses_warp_tiles(cfg, INT2[128], INT2[128], 128) and not uses_token_pairs(cfg, args[1], args[4],
                                                                                     INT2[128], INT2[128], 128)
     reference = decode_attention_reference(*args, **kw)

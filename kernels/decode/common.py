@@ -13,7 +13,6 @@ TOKEN, TOKEN_GROUPED, CHANNEL = 0, 1, 2
 LOG2E = 1.4426950408889634
 FIELD_EXACT, FIELD_TINY = tl.constexpr(0), tl.constexpr(1)  # `_field` modes
 TINY_SCALE = tl.constexpr(16777216.0)  # 2^24: FIELD_TINY values are 2^-24 * 2^(f*bits) * code
-RESCALE_LOG2 = tl.constexpr(4.0)      # lazy warp-tile streams keep their max until a tile raises one by more (log2)
 
 
 @triton.jit

@@ -48,8 +48,6 @@ class DecodeConfig:
                                  # and slower at 8k (sweep_decode_short.md), so no default takes it
     history_loops: bool = True  # False: a call without history splits compiles stage 1 without the history loops
                                 # (its HISTORY constexpr; `compiles_history`, `fp_only_launch`)
-    lazy_rescale: bool = False  # plain warp tiles rescale their accumulators only in tiles that raise a running max by
-                                # more than RESCALE_LOG2 (warp_tiles.py `_lazy_softmax_step`)
     masked_pair_tiles: bool = False  # token pairs mask every tile in one loop instead of whole tiles unmasked and
                                      # the partial ones masked (pairs.py; `masked_pair_tile_launches`)
 
@@ -539,16 +537,18 @@ def masked_pair_tile_launches(cfg: DecodeConfig, grid: str, head_dim: int, rows:
     """cfg with `masked_pair_tiles` (one pair loop masking every tile, the loop before whole tiles went unmasked)
     where the two-body loop (whole tiles unmasked, then the partial ones masked) was slower on an H200
     (results/bench/bench_kernel_whole_tiles_h200.md, one round per point, trees alternating in each call):
-    - head_dim 128's wide pairs: the second body spills under the 168-register cap (1-2 spill instructions in the
-      loop, `scripts/dev/decode_sass.py --launches`): 1.03-1.06x the time at batch 8 / 32, 32k / 100k;
-    - 8-row pair programs (head_dim 64, GQA 5-8): 9-12 spill instructions under the same cap, 1.02-1.03x at batch 32;
-    - the tiny grid (batch 1): 1.00-1.11x at 1k-8k (GQA 4, 8 and 16; slower at 4 of 6 points), where a split holds
-      few tiles and its partial one runs outside the pipelined loop; the small grid (batch 2, not timed) with it.
+    - head_dim 128's wide pairs: the second body spills under the 168-register cap (a spill instruction in the loop,
+      `scripts/dev/decode_sass.py --layout int2-wide`): 1.03-1.06x the time at batch 8 / 32, 32k / 100k;
+    - 8-row pair programs (head_dim 64, GQA 5-8): 9 spill instructions under the same cap (`--layout int2-d64`),
+      1.02-1.03x at batch 32;
+    - the tiny grid (batch 1): 1.00-1.11x at 1k-8k (GQA 4, 8 and 16; slower at 4 of 6 points; likely, not
+      profiled: a split there holds few tiles and its partial one runs outside the pipelined loop); the small grid
+      (batch 2, not timed) with it.
     4-row (no spills) and 16-row (uncapped) pair programs on the medium and large grids keep whole tiles unmasked:
     4 rows 0.93-1.01x at batch 8-32 / 32k-100k, 16 rows 0.87-0.96x there and 0.94x at batch 32 / 8k."""
-    token_bytes = head_dim * k_spec.container_bits // 8
-    if not (k_spec.container_bits == v_spec.container_bits and reads_token_pairs(cfg, token_bytes, k_spec, v_spec,
-                                                                                  head_dim)):
+    token_bytes = head_dim * k_spec.container_bits // 8                              # the pair loop's layouts only
+    if not (single_group_layouts(k_spec, v_spec, head_dim) and k_spec.container_bits == v_spec.container_bits and
+            reads_token_pairs(cfg, token_bytes, k_spec, v_spec, head_dim)):
         return cfg
     masked = cfg.wide_pairs or _warp_rows(cfg, rows) == WARP_TILE_ROWS or grid in ("tiny", "small")
     return replace(cfg, masked_pair_tiles=True) if masked else cfg
@@ -920,9 +920,9 @@ def decode_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, fp_k
             COLUMN_META=cfg.column_meta and token_pairs, WARPS=cfg.num_warps, BLOCK_R=row_block,
             BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=on_gpu, ASM_UNPACK=on_gpu and cfg.asm_unpack,
             SINGLE_LAUNCH=counters is not None, PDL=uses_pdl(cfg, q.device, on_gpu),
-            HISTORY=compiles_history(hist_splits, cfg), LAZY_RESCALE=cfg.lazy_rescale,
-            MASKED_PAIRS=cfg.masked_pair_tiles, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
+            HISTORY=compiles_history(hist_splits, cfg), MASKED_PAIRS=cfg.masked_pair_tiles,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **({"maxnreg": cfg.maxnreg} if on_gpu and cfg.maxnreg else {}),
         )
     return run_split_k(q, kv_heads, k_codes.shape[2], fp_k.shape[2], cfg, on_gpu, num_splits, row_block, stage1,
                        single_launch=cfg.single_launch)

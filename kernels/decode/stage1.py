@@ -28,7 +28,7 @@ def _decode_stage1_kernel(
     WARP_TILES: tl.constexpr, TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, COLUMN_META: tl.constexpr,
     WARPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr, FP16: tl.constexpr,
     ASM_UNPACK: tl.constexpr, SINGLE_LAUNCH: tl.constexpr, PDL: tl.constexpr, HISTORY: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr = False, MASKED_PAIRS: tl.constexpr = False,
+    MASKED_PAIRS: tl.constexpr = False,
 ):
     if PDL:                                              # stage 2's programs may be scheduled once all of ours run
         gdc_launch_dependents()
@@ -43,7 +43,7 @@ def _decode_stage1_kernel(
                          stride_kcb, stride_kch, stride_kcn, stride_ksb, stride_ksh, stride_ksn,
                          stride_vcb, stride_vch, stride_vcn, stride_vsb, stride_vsh, stride_vsn,
                          D, K_BITS, V_BITS, K_LAYOUT, V_LAYOUT, K_GROUP, V_GROUP, WARP_TILES, TOKEN_PAIRS,
-                         PAIR_WORDS, COLUMN_META, WARPS, BLOCK_N, FP16, ASM_UNPACK, LAZY_RESCALE, MASKED_PAIRS)
+                         PAIR_WORDS, COLUMN_META, WARPS, BLOCK_N, FP16, ASM_UNPACK, MASKED_PAIRS)
     else:
         _fp_program(q_ptr, q_rows, row_ok, rows, qk_scale, fk_ptr, fv_ptr, fp_len_ptr, fp_start_ptr, b, h,
                     split - n_hist_splits, n_fp_splits, q_tokens, stride_fb, stride_fh, stride_fn,
@@ -62,9 +62,9 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
                      V_LAYOUT: tl.constexpr, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, WARP_TILES: tl.constexpr,
                      TOKEN_PAIRS: tl.constexpr, PAIR_WORDS: tl.constexpr, COLUMN_META: tl.constexpr,
                      WARPS: tl.constexpr, BLOCK_N: tl.constexpr, FP16: tl.constexpr, ASM_UNPACK: tl.constexpr,
-                     LAZY_RESCALE: tl.constexpr, MASKED_PAIRS: tl.constexpr):
-    """History split `split` of (sequence b, KV head h): the loop of its layout and launch (LAZY_RESCALE: plain
-    warp tiles' `_lazy_softmax_step`; MASKED_PAIRS: token pairs in one masked loop)."""
+                     MASKED_PAIRS: tl.constexpr):
+    """History split `split` of (sequence b, KV head h): the loop of its layout and launch (MASKED_PAIRS: token
+    pairs in one masked loop)."""
     start, end = _split_bounds(tl.load(hist_start_ptr + b), tl.load(hist_len_ptr + b), split,
                                n_hist_splits, BLOCK_N)
     kc, vc = kc_ptr + b * stride_kcb + h * stride_kch, vc_ptr + b * stride_vcb + h * stride_vch
@@ -88,7 +88,7 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
         _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                             vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
                             stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS,
-                            K_GROUP, V_GROUP, BLOCK_N, WARPS, FP16, ASM_UNPACK, LAZY_RESCALE)
+                            K_GROUP, V_GROUP, BLOCK_N, WARPS, FP16, ASM_UNPACK)
     else:
         _history_split(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                        vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,

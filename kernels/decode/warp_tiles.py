@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.decode.common import FIELD_TINY, RESCALE_LOG2, TINY_SCALE, _store_lse
+from kernels.decode.common import FIELD_TINY, TINY_SCALE, _store_lse
 from kernels.decode.packed import _field, _load_token_meta, _query_fields, _split_meta
 
 HALF_WORD_ROWS = 32       # row blocks of >= this many bytes load as 16-bit words (`_value_tiles`)
@@ -111,7 +111,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
                         start, end, stride_kcn, stride_ksn, stride_vcn, stride_vsn, part_o_ptr, part_lse_ptr, slot,
                         D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
                         V_GROUP: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr, FP16: tl.constexpr,
-                        ASM: tl.constexpr, LAZY: tl.constexpr = False):
+                        ASM: tl.constexpr):
     """`_history_split` for per-token layouts with each tile cut into WARPS token sub-tiles, one per warp (the batch
     dim of 3-D dots), so that no value crosses warps inside the loop. Per sub-tile:
         S^T = sum_g s_g * (sum_{f in g} K_f [BLOCK_W, KB] @ q_f^T [KB, R] - z_g * sum(q_g))   (tokens: the MMA's M)
@@ -122,8 +122,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
     fields are FIELD_TINY (no offset to subtract, no cancellation); TINY_SCALE is folded into the scales.
     Each tile's per-token (scale, zero) pairs are loaded one tile ahead. K_GROUP / V_GROUP: coordinates per
     (scale, zero) group, a multiple of the field width D * bits / 8 (D: one group, the single-group layout); the
-    value helpers also serve V_GROUP narrower than a field (`_value_tiles`). LAZY: the streams keep their running max
-    until a tile raises one by more than RESCALE_LOG2 (`_lazy_softmax_step`).
+    value helpers also serve V_GROUP narrower than a field (`_value_tiles`).
     """
     qf, q_sum = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KG: tl.constexpr = D // K_GROUP                                                 # groups per token
@@ -143,7 +142,7 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
         v_next = _group_meta(vs_ptr, vz_ptr, offs_n + BLOCK_N, offs_n + BLOCK_N < end, stride_vsn, VG)
         m_i, l_i, acc, pz_sum = _warp_tile(offs_n, end, n0 + BLOCK_N > end, q_t, q_sums, k_meta, v_meta, m_i, l_i,
                                            acc, pz_sum, kc_ptr, vc_ptr, stride_kcn, stride_vcn, D, K_BITS, V_BITS,
-                                           K_GROUP, V_GROUP, FP16, ASM, LAZY)
+                                           K_GROUP, V_GROUP, FP16, ASM)
         k_meta, v_meta = k_next, v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)
 
@@ -151,19 +150,20 @@ def _history_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, kz_ptr,
 @triton.jit
 def _warp_tile(offs_n, end, partial, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, vc_ptr, stride_kcn,
                stride_vcn, D: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
-               V_GROUP: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr, LAZY: tl.constexpr):
+               V_GROUP: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """One tile of `_history_warp_tiles`, tokens offs_n [WARPS, BLOCK_W] with their (scale, zero) k_meta / v_meta:
     the scores, the online-softmax step and the value dots -> the new m_i, l_i, acc, pz_sum. The code loads take no
     mask: a token from `end` on reads token end - 1 (always stored), and only a `partial` tile (the split's last,
     part of it past `end`) masks those tokens' scores, in a branch the other tiles skip (offline SASS per 128
-    tokens, head_dim 128, those tiles: 589 -> 559 with 16 rows, 417 -> 394 with 8; `scripts/dev/decode_sass.py`)."""
+    tokens, head_dim 128, those tiles: 589 -> 559 with 16 rows, 417 -> 394 with 8; `scripts/dev/decode_sass.py
+    --layout int2-g16` / `--layout int2-wide`)."""
     KP: tl.constexpr = 8 // K_BITS
     KG: tl.constexpr = D // K_GROUP                                                 # groups per token
     K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
     KH: tl.constexpr = _key_halves(D, K_BITS)
-    rows = tl.minimum(offs_n, end - 1)                                              # in bounds: no load masks
+    clamped = tl.minimum(offs_n, end - 1)                                           # in bounds: no load masks
     mask_n = tl.full(offs_n.shape, 1, tl.int1)                                      # folded away
-    packed = _key_tile(kc_ptr, rows, mask_n, stride_kcn, D, K_BITS)                # [WARPS, BLOCK_W, KB / KH]
+    packed = _key_tile(kc_ptr, clamped, mask_n, stride_kcn, D, K_BITS)             # [WARPS, BLOCK_W, KB / KH]
     for g in tl.static_range(KG):
         for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
             for h in tl.static_range(KH):
@@ -180,13 +180,9 @@ def _warp_tile(offs_n, end, partial, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc,
             qk = qk + scores
     if partial:
         qk = tl.where((offs_n < end)[:, :, None], qk, float("-inf"))
-    if LAZY:
-        p, m_i, l_i, acc, pz_sum = _lazy_softmax_step(qk, m_i, l_i, acc, pz_sum)
-        alpha = l_i                                                                 # unused: RESCALE=False
-    else:
-        p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-    tiles = _value_tiles(vc_ptr, rows, mask_n, stride_vcn, D, V_BITS, V_GROUP)
-    acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM, not LAZY)
+    p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
+    tiles = _value_tiles(vc_ptr, clamped, mask_n, stride_vcn, D, V_BITS, V_GROUP)
+    acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
     return m_i, l_i, acc, pz_sum
 
 
@@ -269,46 +265,11 @@ def _warp_softmax_step(qk, m_i, l_i):
 
 
 @triton.jit
-def _rescale_streams(streams, alpha):
-    """Each [WARPS, R] or [WARPS, rows, R] stream of a tuple times alpha [WARPS, R]."""
-    scaled = ()
-    for i in tl.static_range(len(streams)):
-        x = streams[i]
-        if len(x.shape) == 3:
-            scaled = scaled + (x * alpha[:, None, :],)
-        else:
-            scaled = scaled + (x * alpha,)
-    return scaled
-
-
-@triton.jit
-def _lazy_softmax_step(qk, m_i, l_i, acc, pz_sum):
-    """`_warp_softmax_step` with a lazy rescale: the streams take a new running max only in a tile where some
-    stream's max grows by more than RESCALE_LOG2 (then every stream of the program takes its new max and the value
-    accumulators `acc` and per-group sums `pz_sum` are rescaled here); in the other tiles p = exp2(qk - the kept max)
-    <= 2^RESCALE_LOG2 and no accumulator register is touched. The sums stay exact (the lse carries the kept max);
-    RESCALE_LOG2 bounds p x the value scale, which the value dots take in fp16. The decision is one per program (a
-    max over its warps). -> p, m_i, l_i, acc, pz_sum."""
-    m_tile = tl.max(qk, axis=1)                                                     # [WARPS, R]
-    first = m_i == float("-inf")                                                    # no key yet: must take a max
-    growth = tl.where(m_tile > m_i, tl.where(first, float("inf"), m_tile - tl.where(first, 0.0, m_i)), 0.0)
-    if tl.max(tl.max(growth, axis=1), axis=0) > RESCALE_LOG2:
-        m_new = tl.maximum(m_i, m_tile)
-        alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))         # [WARPS, R]
-        l_i = l_i * alpha
-        acc = _rescale_streams(acc, alpha)
-        pz_sum = _rescale_streams(pz_sum, alpha)
-        m_i = m_new
-    p = tl.exp2(qk - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None, :])
-    return p, m_i, l_i + tl.sum(p, axis=1), acc, pz_sum
-
-
-@triton.jit
 def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr,
-                FP16: tl.constexpr, ASM: tl.constexpr, RESCALE: tl.constexpr = True):
+                FP16: tl.constexpr, ASM: tl.constexpr):
     """acc_u = alpha * acc_u + V_u^T @ P'_g for every field f and row block j (u = f * blocks + j) of one transposed
     value tile (`_value_tiles`), P'_g = p x the value scale of the block's group g (fp16); pz_sum_g = alpha *
-    pz_sum_g + sum P'_g * zero_g. RESCALE=False: without the alpha factors (`_lazy_softmax_step` rescaled them)."""
+    pz_sum_g + sum P'_g * zero_g."""
     VB: tl.constexpr = D * V_BITS // 8
     BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
     ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
@@ -320,10 +281,7 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
         s, z = _split_meta(v_meta[g])
         pv_g = (p * s[:, :, None]).to(dtype)                                        # [WARPS, BLOCK_W, R]
         pv = pv + (pv_g,)
-        pz_g = pz_sum[g]
-        if RESCALE:
-            pz_g = pz_g * alpha
-        new_pz = new_pz + (pz_g + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
+        new_pz = new_pz + (pz_sum[g] * alpha + tl.sum(pv_g.to(tl.float32) * z[:, :, None], axis=1),)
     new_acc = ()
     for f in tl.static_range(8 // V_BITS):
         for j in tl.static_range(BLOCKS):
@@ -331,9 +289,7 @@ def _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D: tl.constexpr, V_BITS: t
             for h in tl.static_range(HALVES):
                 v = _half_field(tiles[j], f, h, V_BITS, FP16, ASM)                  # [WARPS, rows / halves, BLOCK_W]
                 acc_u = acc[(f * BLOCKS + j) * HALVES + h]
-                if RESCALE:
-                    acc_u = acc_u * alpha[:, None, :]
-                new_acc = new_acc + (tl.dot(v, group_pv, acc_u),)
+                new_acc = new_acc + (tl.dot(v, group_pv, acc_u * alpha[:, None, :]),)
     return new_acc, new_pz
 
 

@@ -3,9 +3,11 @@
 No GPU needed: Triton's bundled ptxas and nvdisasm (triton/backends/nvidia/bin) do the work.
 
     python scripts/dev/decode_sass.py                  # INT2, head_dim 128: both history loops, +- asm_unpack
-    python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs
+    python scripts/dev/decode_sass.py --layout int2-d64  # head_dim 64 (GQA 3): warp tiles with and without pairs,
+                                                         # pairs with every tile masked
     python scripts/dev/decode_sass.py --layout int2-wide --top 24  # head_dim 128, GQA 4, large grid: 8 rows, wide pairs
                                                                    # with four (scale, zero) tensors and column meta
+    python scripts/dev/decode_sass.py --layout int2-g16  # head_dim 128, GQA 16, large grid: the 16-row warp tiles
     python scripts/dev/decode_sass.py --layout kivi2     # KIVI-2 (channel keys, value groups of 32): row-major, tiles
     python scripts/dev/decode_sass.py --layout kivi2-d64  # KIVI-2, head_dim 64: channel-key tiles +- pairs
     python scripts/dev/decode_sass.py --layout kivi4     # KIVI-4 (4-bit channel keys), head_dim 128: +- asm_unpack
@@ -108,7 +110,7 @@ class Layout:
         return reads_token_pairs(cfg, self.head_dim * self.bits // 8, *self.specs(), self.head_dim)
 
 
-LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64), "int2-wide": Layout(),
+LAYOUTS = {"int2": Layout(), "int2-d64": Layout(64, 24, 64, 64), "int2-wide": Layout(), "int2-g16": Layout(128, 128),
            "kivi2": Layout(k_group=32, v_group=32, k_channel=True),
            "kivi2-d64": Layout(64, 24, k_group=32, v_group=32, k_channel=True),
            "kivi4": Layout(k_group=32, v_group=32, k_channel=True, bits=4),
@@ -172,7 +174,7 @@ def compile_stage1(cfg: DecodeConfig, layout: Layout = LAYOUTS["int2"], rows: in
                       COLUMN_META=column_meta(cfg) and pairs, WARPS=cfg.num_warps, BLOCK_R=block_r,
                       BLOCK_N=cfg.block_n, BLOCK_F=cfg.block_f, FP16=True, ASM_UNPACK=cfg.asm_unpack,
                       SINGLE_LAUNCH=cfg.single_launch, PDL=cfg.pdl, HISTORY=history,
-                      LAZY_RESCALE=cfg.lazy_rescale, MASKED_PAIRS=cfg.masked_pair_tiles)
+                      MASKED_PAIRS=cfg.masked_pair_tiles)
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))
     return compile_for_h100(_decode_stage1_kernel, constexprs, runtime_arguments(layout), POINTER_TYPES, options)
@@ -239,7 +241,9 @@ def kivi_specs(bits: int) -> tuple[QuantSpec, QuantSpec]:
 
 def variants(name: str) -> list[DecodeConfig]:
     """int2: the row-major loop (128-token tiles) and warp tiles (the default), each without and with asm_unpack;
-    int2-d64: warp tiles with and without token pairs; int2-wide: the large grid's 8-row launch (`launch_config`),
+    int2-d64: warp tiles with and without token pairs (8-row programs, whole pair tiles unmasked), and the pairs with
+    every tile masked (`masked_pair_tile_launches`' choice there); int2-g16: the large grid's 16-row launch at
+    head_dim 128 (GQA 16); int2-wide: the large grid's 8-row launch (`launch_config`),
     what `four_row_pairs` makes of it at GQA 4 (4-row programs over wide pairs), `column_meta_pairs` then, with whole
     tiles unmasked, and `masked_pair_tile_launches` then (as run: every tile masked); kivi2: its default (the
     row-major loop) and channel-key warp tiles (one 32-token key group per warp); kivi2-d64: channel-key warp tiles
@@ -256,7 +260,10 @@ def variants(name: str) -> list[DecodeConfig]:
         return [replace(on_bytes, block_n=128), on_bytes, launch]
     default = default_config(layout.head_dim, on_gpu=True, per_token=layout.per_token)
     if name == "int2-d64":
-        return [default, replace(default, token_pairs=False)]
+        return [default, replace(default, token_pairs=False), replace(default, masked_pair_tiles=True)]
+    if name == "int2-g16":                                   # the large grid's 16-row launch (uncapped)
+        return [launch_config(layout.head_dim, True, "large", QuantSpec(bits=BITS, group=layout.head_dim),
+                              QuantSpec(bits=BITS, group=layout.head_dim), layout.q_heads // KV_HEADS)]
     if name == "int2-wide":
         spec = QuantSpec(bits=BITS, group=layout.head_dim)
         large = launch_config(layout.head_dim, True, "large", spec, spec, layout.q_heads // KV_HEADS)
@@ -286,12 +293,16 @@ def loop_name(cfg: DecodeConfig, layout: Layout) -> str:
     return name + (", masked tiles" if getattr(cfg, "masked_pair_tiles", False) else "")
 
 
+def spill_count(loop: list[str]) -> int:
+    """Spill instructions (LDL / STL) in a loop's SASS lines."""
+    return sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
+
+
 def loop_counts(cfg: DecodeConfig, layout: Layout, rows: int) -> str:
     """'registers | loop instructions per 128 tokens | spill instructions (LDL / STL) in the loop' of one launch."""
     cubin = compile_stage1(cfg, layout, rows=rows).asm["cubin"]
     loop = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
-    spills = sum(1 for line in loop if re.search(r"\b(LDL|STL)\b", line))
-    return f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spills}"
+    return f"{registers(cubin)} | {len(opcodes(loop)) * 128 // cfg.block_n} | {spill_count(loop)}"
 
 
 def launch_rows(head_dims=(64, 128, 256), groups=(4, 16), kivi_bits: int | None = None,
@@ -382,8 +393,8 @@ def main() -> None:
                 for on in (False, True)))
         return
     print("| history loop | asm_unpack | tokens / tile | registers | instructions / warp / tile | per 128 tokens "
-          "| leading opcodes | shared memory and barriers | per 128 tokens, forward branches taken |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| leading opcodes | shared memory and barriers | per 128 tokens, forward branches taken | loop spills |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for cfg in variants(args.layout):
         cubin = compile_stage1(cfg, layout).asm["cubin"]
         lines = history_loop(cuda_tool("nvdisasm", cubin, "-c").splitlines())
@@ -392,7 +403,7 @@ def main() -> None:
         shared = ", ".join(f"{op} {n}" for op, n in shared_memory_ops(lines).most_common())
         print(f"| {loop_name(cfg, layout)} | {cfg.asm_unpack} | {cfg.block_n} | {registers(cubin)} | {len(loop)} | "
               f"{len(loop) * 128 // cfg.block_n} | " + ", ".join(f"{op} {n}" for op, n in counts) + f" | {shared} | "
-              f"{len(skipping_forward_branches(lines)) * 128 // cfg.block_n} |", flush=True)
+              f"{len(skipping_forward_branches(lines)) * 128 // cfg.block_n} | {spill_count(lines)} |", flush=True)
 
 
 if __name__ == "__main__":

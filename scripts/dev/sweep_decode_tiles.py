@@ -40,8 +40,6 @@ checks each variant against the reference (a wrong unpack shows as a large error
         # more than 8 rows at batch 9-16: the default's two-warp 128-token programs against the large grid's tile
     python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 4 --points 26:102400,20:102400,32:102400 --grid waves
         # split density at large batches: does a filled last wave of programs pay? (results/bench/sweep_decode_waves.md)
-    python scripts/dev/sweep_decode_tiles.py --head-dim 128 --group 16 --points 8:32768,32:102400 --grid lazy
-        # plain warp tiles with and without the lazy rescale (DecodeConfig.lazy_rescale), whatever the default takes
     python scripts/dev/sweep_decode_tiles.py --head-dim 64 --group 16 --points 1:8192,32:102400 --grid fp_only --fp-only
         # BF16 on the harness's kernel (no packed history, `bf16+graph`'s calls): the history loops compiled out
         # (history_loops), fp-segment tile, warps, depth, split density
@@ -147,7 +145,6 @@ GRIDS = {
     "waves": [{}, {"programs_per_sm": 4}, {"programs_per_sm": 6}, {"programs_per_sm": 10}, {"programs_per_sm": 12},
               {"programs_per_sm": 16}, {"programs_per_sm": 20}, {"programs_per_sm": 24}, {"programs_per_sm": 32},
               {"programs_per_sm": 40}],
-    "lazy": [{"lazy_rescale": False}, {"lazy_rescale": True}],
     "fp_only": [{}, {"history_loops": False}, {"block_f": 64}, {"history_loops": False, "block_f": 64},
                 {"history_loops": False, "block_f": 128}, {"history_loops": False, "block_f": 64, "num_warps": 8},
                 {"history_loops": False, "block_f": 128, "num_warps": 8},
