@@ -136,9 +136,10 @@ def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.cons
 @triton.jit
 def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D: tl.constexpr,
                 BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
-    """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], their fp32 norms):
-    (norm / |c|) * sum over chunks of centroids @ q_j^T. |c|^2 is a dot too: the squared centroids against ones (0 on
-    padding rows), so that it lands in the scores' layout, every column the same sum."""
+    """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], codes loaded where
+    mask_n, their fp32 norms): (norm / |c|) * sum over chunks of centroids @ q_j^T, unmasked (the caller masks tokens
+    outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that it lands
+    in the scores' layout, every column the same sum."""
     words = _aligned_words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], stride_kcn, word.shape[0], D // 8,
                            BITS)                                                    # [WARPS, BLOCK_W, KC]
     ones = tl.broadcast_to(word_ok[None, :, None], q_t[0].shape).to(q_t[0].dtype)  # [WARPS, KC, R]
@@ -153,7 +154,7 @@ def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word
     factor = norm[:, :, None]
     if NORM_CORRECTION:
         factor = factor / tl.sqrt(squares)
-    return tl.where(mask_n[:, :, None], dots * factor, float("-inf"))
+    return dots * factor
 
 
 @triton.jit
@@ -197,7 +198,9 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
                       WARPS: tl.constexpr, FP16: tl.constexpr):
     """Online softmax over TurboQuant history tokens [start, end) of one KV head, a BLOCK_N / WARPS token sub-tile per
     warp with a [WARPS, R] running max / sum per sub-tile stream, merged across warps after the loop; stores o and
-    lse. The key norms and the value (scale, zero) pairs are loaded one tile ahead."""
+    lse. The key norms and the value (scale, zero) pairs are loaded one tile ahead. The code loads take no token
+    mask (a token from `end` on reads token end - 1, always stored; its norm and value scale load as 0), and only a
+    split's last tile, part of it past `end`, masks scores, in a branch the other tiles skip."""
     BLOCK_W: tl.constexpr = BLOCK_N // WARPS
     R: tl.constexpr = row_ok.shape[0]
     word = tl.arange(0, KC)                                                         # [KC] a chunk's rows
@@ -215,14 +218,17 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
     v_meta = _load_token_meta(vs_ptr, vz_ptr, start + sub, start + sub < end, stride_vsn)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + sub
-        mask_n = offs_n < end
+        clamped = tl.minimum(offs_n, end - 1)                                       # in bounds: no load masks
+        stored = tl.full(offs_n.shape, 1, tl.int1)                                  # folded away
         ahead = offs_n + BLOCK_N
         norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
-        qk = _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
+        qk = _key_scores(kc_ptr, clamped, stored, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
                          NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
+        if n0 + BLOCK_N > end:                                                      # the split's last tile
+            qk = tl.where((offs_n < end)[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok,
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, clamped, stored, v_meta, stride_vcn, word, word_ok,
                                   V_BITS, FP16)
         norm, v_meta = norm_next, v_next
     _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_ptr, part_lse_ptr, D, FP16)
