@@ -554,24 +554,6 @@ def test_pair_loops_of_whole_unmasked_tiles_match_the_masked_loop(head_dim, grou
     assert (whole - masked).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("group, n_hist, num_splits, warp_rows, block_n", [
-    (4, 704, 2, 4, 128), (3, 320, 3, 4, 256), (12, 512, 2, 16, 128)])
-def test_kivi_pair_loops_of_whole_unmasked_tiles_match_the_masked_loop(group, n_hist, num_splits, warp_rows, block_n):
-    """KIVI-2's channel-key pair loop (head_dim 64) with whole tiles unmasked, then a split's partial tiles masked
-    (starts inside a key group from left padding: a first tile from the group start; ends and split bounds inside
-    groups) matches the reference, and the loop that masks every tile within the interpreter's rounding."""
-    k_spec, v_spec = QuantSpec(bits=2, group=32, axis="channel"), QuantSpec(bits=2, group=32)
-    args, kw = make_inputs(2, 2 * group, 2, 1, 64, n_hist, 21, k_spec, v_spec, seed=n_hist)
-    assert (args[-2] % 32 != 0).any()                                   # a start inside a key group
-    cfg = DecodeConfig(block_n=block_n, block_f=32, num_warps=4, num_stages=1, warp_tiles=True, warp_rows=warp_rows,
-                       channel_key_tiles=True)
-    assert uses_token_pairs(cfg, args[1], args[4], k_spec, v_spec, 64)
-    whole = decode_attention(*args, **kw, num_splits=num_splits, config=cfg)
-    masked = decode_attention(*args, **kw, num_splits=num_splits, config=replace(cfg, masked_pair_tiles=True))
-    assert (whole - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
-    assert (whole - masked).abs().max().item() < 1e-5
-
-
 def test_masked_pair_tiles_only_where_whole_tiles_were_slower():
     """`default_launch` keeps the pair loop that masks every tile (`masked_pair_tile_launches`) for head_dim 128's
     wide pairs, 8-row pair programs and the tiny and small grids (slower or spilling with whole tiles unmasked,
@@ -585,9 +567,6 @@ def test_masked_pair_tiles_only_where_whole_tiles_were_slower():
     assert not launch(64, 4, 32, 102400).masked_pair_tiles and not launch(64, 16, 32, 102400).masked_pair_tiles
     assert not launch(64, 16, 8, 32768).masked_pair_tiles              # the medium grid, 16 rows
     assert not any(launch(d, rows, 32, 102400).masked_pair_tiles for d, rows in ((128, 16), (256, 4), (128, 8)))
-    kivi2 = QuantSpec(bits=2, group=32, axis="channel")                 # KIVI-2's pairs: 16-row programs masked
-    assert default_launch(64, kivi2, INT2[64], 16, 256, 132, 102400).masked_pair_tiles
-    assert not default_launch(64, kivi2, INT2[64], 4, 256, 132, 102400).masked_pair_tiles
 
 
 def test_column_meta_only_where_it_was_measured_faster():

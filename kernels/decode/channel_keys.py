@@ -22,7 +22,7 @@ import triton.language as tl
 
 from kernels.decode.common import FIELD_EXACT
 from kernels.decode.packed import _field, _query_fields
-from kernels.decode.pairs import _block_diagonal, _inside, _pair_attend, _pair_meta, _store_pair_streams
+from kernels.decode.pairs import _block_diagonal, _pair_attend, _pair_meta, _store_pair_streams
 from kernels.decode.warp_tiles import _empty_streams, _group_meta, _store_warp_streams, _value_step, _value_tiles, \
     _warp_softmax_step
 
@@ -190,17 +190,13 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
                                 start, end, stride_ksn, stride_vsn, part_o_ptr, part_lse_ptr, slot, D: tl.constexpr,
                                 K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr,
                                 V_GROUP: tl.constexpr, BLOCK_N: tl.constexpr, WARPS: tl.constexpr,
-                                COLUMNS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr,
-                                MASKED_TILES: tl.constexpr = False):
+                                COLUMNS: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
     """`_history_warp_channel_keys` over pair rows (pairs.py: two 16-byte tokens per 32-byte row, head_dim 64 at 2
     bits, codes stored back to back), each warp's BLOCK_N / (2 * WARPS) pair rows one or more whole key groups. Each
     key field is dequantized with its row's group channel (scale, zero), repeated over the pair row's two tokens,
     against pairs.py's block-diagonal query:
         S2 [PW, 2R] = sum_f ((field_f(K pairs) - [z_gf, z_gf]) * [s_gf, s_gf]) [PW, 2KB] @ Q2_f [2KB, 2R]
-    and the values are pairs.py's, with each of a token's V_GROUP-coordinate groups scaling its own fields. As in
-    pairs.py, tiles wholly inside [start, end) run unmasked in a loop of their own and a split's partial tiles (its
-    first, from the group start before `start`; its last) follow masked; MASKED_TILES: one loop masking every tile
-    (`DecodeConfig.masked_pair_tiles`)."""
+    and the values are pairs.py's, with each of a token's V_GROUP-coordinate groups scaling its own fields."""
     qf, _ = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
     VP: tl.constexpr = 8 // V_BITS
@@ -220,52 +216,19 @@ def _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr,
     # (29 -> 32 us at head_dim 64; results/bench/bench_formats_words.md)
     m_i, l_i, pz_sum, acc = _empty_streams(WARPS, R, D, V_BITS, V_GROUP, 2, False)  # acc: [WARPS, 2VB, 2R] each
     sub = tl.arange(0, WARPS)[:, None] * PW + tl.arange(0, PW)[None, :]              # [WARPS, PW]
+    kb = tl.arange(0, 2 * KB)
     first = (start - start % K_GROUP) // 2                                           # the first group's first pair
-    if MASKED_TILES:                                                                 # one loop, every tile masked
-        lo = first
-        hi = tl.cdiv(end, 2)
-    else:                                                                            # whole tiles first, unmasked
-        head = (start > 2 * first).to(tl.int32)                                      # its first tile starts early
-        lo = first + head * PR
-        hi = lo + tl.maximum(end // 2 - lo, 0) // PR * PR                            # whole tiles inside [start, end)
-    v_meta = _pair_meta(vs_ptr, vz_ptr, lo + sub, end, stride_vsn, VG, COLUMNS)
-    for p0 in range(lo, hi, PR):
+    v_meta = _pair_meta(vs_ptr, vz_ptr, first + sub, end, stride_vsn, VG, COLUMNS)
+    for p0 in range(first, tl.cdiv(end, 2), PR):
         pairs = p0 + sub                                                             # [WARPS, PW]
         v_next = _pair_meta(vs_ptr, vz_ptr, pairs + PR, end, stride_vsn, VG, COLUMNS)   # a tile ahead
-        m_i, l_i, acc, pz_sum = _channel_pair_tile(p0, pairs, start, end, q2, v_meta, m_i, l_i, acc, pz_sum, kc_ptr,
-                                                   ks_ptr, kz_ptr, vc_ptr, stride_ksn, KB, R, VB, VP // VG, K_BITS,
-                                                   V_BITS, K_GROUP, WARPS, FP16, ASM, MASKED_TILES)
+        k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB, 1)
+        k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                    # [WARPS, PW, 2KB]
+        packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=k_token < end,
+                         other=0)                                                    # [WARPS, PW, 2KB]
+        qk = _key_dots((packed,), k_meta, q2, K_BITS, GW, GROUP_ROWS, FP16, ASM)     # [WARPS, PW, 2R]
+        m_i, l_i, acc, pz_sum = _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB,
+                                             V_BITS, VP // VG, FP16, ASM)
         v_meta = v_next
-    if not MASKED_TILES:
-        tail = (hi < tl.cdiv(end, 2)).to(tl.int32)
-        for e in range(0, head + tail):  # the split's partial tiles (its first from the group start, its last)
-            p0 = tl.where((e == 0) & (head == 1), first, hi)
-            pairs = p0 + sub
-            v_edge = _pair_meta(vs_ptr, vz_ptr, pairs, end, stride_vsn, VG, COLUMNS)
-            m_i, l_i, acc, pz_sum = _channel_pair_tile(p0, pairs, start, end, q2, v_edge, m_i, l_i, acc, pz_sum,
-                                                       kc_ptr, ks_ptr, kz_ptr, vc_ptr, stride_ksn, KB, R, VB, VP // VG,
-                                                       K_BITS, V_BITS, K_GROUP, WARPS, FP16, ASM, True)
     _store_pair_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, VP // VG, WARPS,
                         R, VB)
-
-
-@triton.jit
-def _channel_pair_tile(p0, pairs, start, end, q2, v_meta, m_i, l_i, acc, pz_sum, kc_ptr, ks_ptr, kz_ptr, vc_ptr,
-                       stride_ksn, KB: tl.constexpr, R: tl.constexpr, VB: tl.constexpr, V_FIELDS: tl.constexpr,
-                       K_BITS: tl.constexpr, V_BITS: tl.constexpr, K_GROUP: tl.constexpr, WARPS: tl.constexpr,
-                       FP16: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
-    """One tile of `_history_warp_channel_pairs` from pair row p0 (a key group's first), pair rows `pairs` [W, PW]
-    with their value (scale, zero) v_meta: the key groups' channel (scale, zero), the scores, then `_pair_attend`
-    -> the new m_i, l_i, acc, pz_sum. MASKED: tokens outside [start, end) are neither loaded nor attended (a split's
-    first tile, from the group start before `start`; its last); a tile inside compiles without masks."""
-    KP: tl.constexpr = 8 // K_BITS
-    GROUP_ROWS: tl.constexpr = K_GROUP // 2                                          # pair rows per key group
-    GW: tl.constexpr = pairs.shape[1] // GROUP_ROWS                                  # key groups per warp
-    k_meta = _channel_meta(ks_ptr, kz_ptr, p0 // GROUP_ROWS, end, stride_ksn, WARPS, GW, 2, K_GROUP, KP, KB, 1)
-    kb = tl.arange(0, 2 * KB)
-    k_token = 2 * pairs[:, :, None] + kb[None, None, :] // KB                        # [WARPS, PW, 2KB]
-    packed = tl.load(kc_ptr + pairs[:, :, None] * (2 * KB) + kb[None, None, :], mask=_inside(k_token, end, MASKED),
-                     other=0)                                                        # [WARPS, PW, 2KB]
-    qk = _key_dots((packed,), k_meta, q2, K_BITS, GW, GROUP_ROWS, FP16, ASM)         # [WARPS, PW, 2R]
-    return _pair_attend(qk, pairs, start, end, m_i, l_i, acc, pz_sum, vc_ptr, v_meta, R, VB, V_BITS, V_FIELDS, FP16,
-                        ASM, MASKED)

@@ -545,18 +545,12 @@ def masked_pair_tile_launches(cfg: DecodeConfig, grid: str, head_dim: int, rows:
       profiled: a split there holds few tiles and its partial one runs outside the pipelined loop); the small grid
       (batch 2, not timed) with it.
     4-row (no spills) and 16-row (uncapped) pair programs on the medium and large grids keep whole tiles unmasked:
-    4 rows 0.93-1.01x at batch 8-32 / 32k-100k, 16 rows 0.87-0.96x there and 0.94x at batch 32 / 8k.
-    KIVI-2's pair loop (per-channel keys, head_dim 64): 16-row programs keep it masked, their whole-tile body spills
-    (68 spill instructions at 255 registers, `python scripts/dev/decode_sass.py --launches --layout kivi2`)."""
-    token_bytes = head_dim * k_spec.container_bits // 8
-    if not reads_token_pairs(cfg, token_bytes, k_spec, v_spec, head_dim):
+    4 rows 0.93-1.01x at batch 8-32 / 32k-100k, 16 rows 0.87-0.96x there and 0.94x at batch 32 / 8k."""
+    token_bytes = head_dim * k_spec.container_bits // 8                              # the pair loop's layouts only
+    if not (single_group_layouts(k_spec, v_spec, head_dim) and k_spec.container_bits == v_spec.container_bits and
+            reads_token_pairs(cfg, token_bytes, k_spec, v_spec, head_dim)):
         return cfg
-    if channel_key_layouts(cfg, k_spec, v_spec, head_dim):
-        masked = _warp_rows(cfg, rows) == ROW_BLOCK
-    elif single_group_layouts(k_spec, v_spec, head_dim) and k_spec.container_bits == v_spec.container_bits:
-        masked = cfg.wide_pairs or _warp_rows(cfg, rows) == WARP_TILE_ROWS or grid in ("tiny", "small")
-    else:
-        masked = False
+    masked = cfg.wide_pairs or _warp_rows(cfg, rows) == WARP_TILE_ROWS or grid in ("tiny", "small")
     return replace(cfg, masked_pair_tiles=True) if masked else cfg
 
 

@@ -73,7 +73,7 @@ def _history_program(q_ptr, kc_ptr, ks_ptr, kz_ptr, vc_ptr, vs_ptr, vz_ptr, hist
         _history_warp_channel_pairs(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                     vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_ksn, stride_vsn,
                                     part_o_ptr, part_lse_ptr, slot, D, K_BITS, V_BITS, K_GROUP, V_GROUP, BLOCK_N,
-                                    WARPS, COLUMN_META, FP16, ASM_UNPACK, MASKED_PAIRS)
+                                    WARPS, COLUMN_META, FP16, ASM_UNPACK)
     elif WARP_TILES and K_LAYOUT == 2:
         _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc, ks_ptr + k_meta, kz_ptr + k_meta,
                                    vc, vs_ptr + v_meta, vz_ptr + v_meta, start, end, stride_kcn, stride_ksn,
