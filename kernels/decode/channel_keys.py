@@ -142,9 +142,9 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
     tokens of key groups from n0 / K_GROUP + w * GW on; stores o and lse like the other history loops. The code
     loads take no mask (a token from `end` on reads token end - 1, always stored) and only a split's first tile
     (from the group start below `start`) and its last (past `end`) mask scores, in a branch the others skip: on an
-    H200 0.86-0.90x the time for KIVI-2 at head_dim 128 and 0.92-0.95x for KIVI-4 at batch 8-32 / 32k-100k, with
-    few fewer instructions (offline SASS per 128 tokens, KIVI-4 at 128: 984 -> 948; KIVI-2: 1115 -> 1111;
-    results/bench/bench_formats_whole_tiles_h200.md). The pair loop below keeps masking every tile: unmasked whole
+    H200 0.86-0.90x the time for KIVI-2 at head_dim 128 and 0.92-0.96x for KIVI-4 at batch 8-32 / 32k-100k, though
+    it issues only a few instructions fewer (offline SASS per 128 tokens, KIVI-4 at 128: 984 -> 948; KIVI-2: 1115 ->
+    1111; results/bench/bench_formats_whole_tiles_h200.md). The pair loop below keeps masking every tile: unmasked whole
     tiles took its 4-row programs to 219 registers and 1.06-1.10x the time (same file)."""
     qf, _ = _query_fields(q_ptr, q_rows, row_ok, qk_scale, D, K_BITS, FP16)
     KP: tl.constexpr = 8 // K_BITS
