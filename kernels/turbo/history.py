@@ -134,13 +134,14 @@ def _query_chunks(q_ptr, q_rows, row_ok, qk_scale, word, word_ok, WARPS: tl.cons
 
 
 @triton.jit
-def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word_ok, D: tl.constexpr,
+def _key_scores(kc_ptr, offs_n, norm, stride_kcn, q_t, table, word, word_ok, D: tl.constexpr,
                 BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
-    """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (tokens offs_n [WARPS, BLOCK_W], codes loaded where
-    mask_n, their fp32 norms): (norm / |c|) * sum over chunks of centroids @ q_j^T, unmasked (the caller masks tokens
-    outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that it lands
+    """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (stored tokens offs_n [WARPS, BLOCK_W], loaded without
+    a token mask; their fp32 norms): (norm / |c|) * sum over chunks of centroids @ q_j^T, unmasked (the caller masks
+    tokens outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that it lands
     in the scores' layout, every column the same sum."""
-    words = _aligned_words(kc_ptr, offs_n[:, :, None], mask_n[:, :, None], stride_kcn, word.shape[0], D // 8,
+    stored = tl.full((offs_n.shape[0], offs_n.shape[1], 1), 1, tl.int1)            # folded away
+    words = _aligned_words(kc_ptr, offs_n[:, :, None], stored, stride_kcn, word.shape[0], D // 8,
                            BITS)                                                    # [WARPS, BLOCK_W, KC]
     ones = tl.broadcast_to(word_ok[None, :, None], q_t[0].shape).to(q_t[0].dtype)  # [WARPS, KC, R]
     for c in tl.static_range(len(q_t)):
@@ -158,16 +159,16 @@ def _key_scores(kc_ptr, offs_n, mask_n, norm, stride_kcn, q_t, table, word, word
 
 
 @triton.jit
-def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, mask_n, v_meta, stride_vcn, word, word_ok, BITS: tl.constexpr,
+def _value_step(acc, pz_sum, p, alpha, vc_ptr, offs_n, v_meta, stride_vcn, word, word_ok, BITS: tl.constexpr,
                 FP16: tl.constexpr):
-    """acc_c = alpha * acc_c + codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp; pz_sum = alpha *
-    pz_sum + sum p * s * z."""
+    """acc_c = alpha * acc_c + codes_c^T @ (p * s) for every chunk c of one value sub-tile per warp (stored tokens
+    offs_n, loaded without a token mask); pz_sum = alpha * pz_sum + sum p * s * z."""
     dtype: tl.constexpr = tl.float16 if FP16 else tl.float32
     s, z = _split_meta(v_meta)                                                      # [WARPS, BLOCK_W]
     pv = (p * s[:, :, None]).to(dtype)                                              # [WARPS, BLOCK_W, R]
     pz_sum = pz_sum * alpha + tl.sum(pv.to(tl.float32) * z[:, :, None], axis=1)
-    words = _words(vc_ptr, offs_n[:, None, :], mask_n[:, None, :] & word_ok[None, :, None], word[None, :, None],
-                   stride_vcn, BITS)                                                # [WARPS, KC, BLOCK_W]
+    words = _words(vc_ptr, offs_n[:, None, :], word_ok[None, :, None], word[None, :, None], stride_vcn,
+                   BITS)                                                            # [WARPS, KC, BLOCK_W]
     new_acc = ()
     for c in tl.static_range(len(acc)):                                              # field c of every word
         vals = _field(words >> (BITS * c), 0, BITS, FP16, FIELD_TINY, False)            # [WARPS, KC, BLOCK_W]
@@ -220,16 +221,15 @@ def _turbo_warp_tiles(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, kn_ptr, vc_ptr, v
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + sub
         clamped = tl.minimum(offs_n, end - 1)                                       # in bounds: no load masks
-        stored = tl.full(offs_n.shape, 1, tl.int1)                                  # folded away
         ahead = offs_n + BLOCK_N
         norm_next = tl.load(kn_ptr + ahead * stride_knn, mask=ahead < end, other=0.0).to(tl.float32)
         v_next = _load_token_meta(vs_ptr, vz_ptr, ahead, ahead < end, stride_vsn)
-        qk = _key_scores(kc_ptr, clamped, stored, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
+        qk = _key_scores(kc_ptr, clamped, norm, stride_kcn, q_t, table, word, word_ok, D, K_BITS, BYTE_TABLE,
                          NORM_CORRECTION, FP16)                                     # [WARPS, BLOCK_W, R]
         if n0 + BLOCK_N > end:                                                      # the split's last tile
             qk = tl.where((offs_n < end)[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, clamped, stored, v_meta, stride_vcn, word, word_ok,
+        acc, pz_sum = _value_step(acc, pz_sum, p, alpha, vc_ptr, clamped, v_meta, stride_vcn, word, word_ok,
                                   V_BITS, FP16)
         norm, v_meta = norm_next, v_next
     _store_streams(m_i, l_i, pz_sum, acc, word, word_ok, row_ok, slot, part_o_ptr, part_lse_ptr, D, FP16)
