@@ -838,6 +838,25 @@ def test_short_histories_split_wide_row_groups_into_8_row_programs():
     assert rows_at_256(8, tokens=7872) is None
 
 
+def test_small_grid_short_histories_of_many_rows_take_two_uncapped_warps():
+    """`small_grid_short_wide_rows_two_warps`: on the small grid (batch 2 at 8 KV heads) 2-bit per-token K and V at
+    head_dim 128 with 12-16 query rows over at most 1,024 packed tokens launch two warps with no register cap
+    (results/bench/bench_formats_small_grid_rows16_h200.md); not at 8k, not with 8 rows, not at head_dim 64, not
+    for 4-bit K and V. The launch matches the reference."""
+    int2, int4 = QuantSpec(bits=2, group=128), QuantSpec(bits=4, group=32)
+
+    def launch(rows=16, units=16, tokens=864, head_dim=128, spec=int2):
+        return default_launch(head_dim, spec, spec, rows, units, 132, tokens)
+    assert (launch().num_warps, launch().maxnreg) == (2, None) and launch(rows=12).num_warps == 2
+    assert (launch(tokens=8032).num_warps, launch(tokens=8032).maxnreg) == (4, 128)
+    assert launch(rows=8).num_warps == 4 and launch(spec=int4).maxnreg == 128
+    assert launch(head_dim=64, spec=QuantSpec(bits=2, group=64)).num_warps == 4
+    cfg = replace(launch(), num_stages=1)
+    args, kw = make_inputs(2, 32, 2, 1, 128, 200, 21, int2, int2, seed=7)
+    out = decode_attention(*args, **kw, config=cfg)
+    assert (out - decode_attention_reference(*args, **kw)).abs().max().item() < TOL
+
+
 def test_two_groups_per_row_at_head_dim_256_take_8_row_programs_beyond_short_histories():
     """Head_dim 256 with two (scale, zero) groups of 128 per row (OSCAR's and naive INT2's layout there): 8-row
     programs beyond 4,096 packed tokens and with fewer units than SMs (results/bench/sweep_rows8_wide_head.md), never

@@ -405,7 +405,8 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     `launch_grid`, its launch by `launch_config`, then `short_history_row_major`, `short_history_eight_rows`,
     `short_history_two_warps`, `eight_row_programs`, `four_row_pairs`, `column_meta_pairs`, `short_history_one_split`,
     `short_history_narrow_tiles`, `wide_head_short_one_tile_splits`, `wide_head_wide_rows_two_warps`,
-    `short_history_four_rows` and `masked_pair_tile_launches`; without packed history `fp_only_launch`."""
+    `short_history_four_rows`, `small_grid_short_wide_rows_two_warps` and `masked_pair_tile_launches`; without packed
+    history `fp_only_launch`."""
     grid = launch_grid(head_dim, k_spec, v_spec, rows, units, sms, history_tokens)
     cfg = short_history_row_major(launch_config(head_dim, True, grid, k_spec, v_spec, rows), grid, head_dim, rows,
                                   history_tokens)
@@ -421,6 +422,7 @@ def default_launch(head_dim: int, k_spec: QuantSpec, v_spec: QuantSpec, rows: in
     cfg = wide_head_short_one_tile_splits(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     cfg = wide_head_wide_rows_two_warps(cfg, grid, head_dim, rows, k_spec, v_spec)
     cfg = short_history_four_rows(cfg, head_dim, rows, units, sms, history_tokens, k_spec, v_spec)
+    cfg = small_grid_short_wide_rows_two_warps(cfg, grid, head_dim, rows, history_tokens, k_spec, v_spec)
     return masked_pair_tile_launches(cfg, grid, head_dim, rows, k_spec, v_spec)
 
 
@@ -485,6 +487,21 @@ def wide_head_wide_rows_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, r
             not two_bit_token_layouts(k_spec, v_spec, head_dim):
         return cfg
     return replace(cfg, num_warps=2)
+
+
+def small_grid_short_wide_rows_two_warps(cfg: DecodeConfig, grid: str, head_dim: int, rows: int,
+                                         history_tokens: int, k_spec: QuantSpec, v_spec: QuantSpec) -> DecodeConfig:
+    """cfg in two-warp programs with no register cap where 2-bit per-token K and V at head_dim 128 serve more than
+    WARP_TILE_ROWS query rows (groups 12-16, in 8-row programs there: `eight_row_programs`) on the small grid (batch
+    2 at 8 KV heads) over a `one_split_history`. H200, 2026-12-03, the default beside the variants in one run, one round
+    (results/bench/bench_formats_small_grid_rows16_h200.md): batch 2 / 1k 0.015 -> 0.010 ms (0.60-0.61x -> 0.87-0.88x
+    SDPA) at groups 12 and 16; at 8k 1.04-1.07x the time, 32k 1.02-1.03x and 100k 1.18x, where the default stays
+    (the bound lies between the timed 864 and 8,032 tokens). Dropping only the cap (the 16-row program's 33 spill
+    instructions at 8k, `python scripts/dev/decode_sass.py --launches`) was no faster: 1.00-1.09x from 1k to 100k."""
+    if grid != "small" or head_dim != 128 or rows <= WARP_TILE_ROWS or \
+            not one_split_history(history_tokens, k_spec, v_spec, head_dim):
+        return cfg
+    return replace(cfg, num_warps=2, maxnreg=None)
 
 
 def short_history_four_rows(cfg: DecodeConfig, head_dim: int, rows: int, units: int, sms: int, history_tokens: int,
