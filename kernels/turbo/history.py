@@ -138,8 +138,8 @@ def _key_scores(kc_ptr, offs_n, norm, stride_kcn, q_t, table, word, word_ok, D: 
                 BITS: tl.constexpr, BYTE_TABLE: tl.constexpr, NORM_CORRECTION: tl.constexpr, FP16: tl.constexpr):
     """Logits [WARPS, BLOCK_W, R] of one key sub-tile per warp (stored tokens offs_n [WARPS, BLOCK_W], loaded without
     a token mask; their fp32 norms): (norm / |c|) * sum over chunks of centroids @ q_j^T, unmasked (the caller masks
-    tokens outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that it lands
-    in the scores' layout, every column the same sum."""
+    tokens outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that
+    it lands in the scores' layout, every column the same sum."""
     stored = tl.full((offs_n.shape[0], offs_n.shape[1], 1), 1, tl.int1)            # folded away
     words = _aligned_words(kc_ptr, offs_n[:, :, None], stored, stride_kcn, word.shape[0], D // 8,
                            BITS)                                                    # [WARPS, BLOCK_W, KC]
