@@ -183,7 +183,7 @@ def _history_warp_channel_keys(q_ptr, q_rows, row_ok, qk_scale, kc_ptr, ks_ptr, 
         if (n0 < start) | (n0 + BLOCK_N > end):                                      # a split's first or last tile
             qk = tl.where(((offs_n >= start) & (offs_n < end))[:, :, None], qk, float("-inf"))
         p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-        tiles = _value_tiles(vc_ptr, clamped, tl.full(offs_n.shape, 1, tl.int1), stride_vcn, D, V_BITS, V_GROUP)
+        tiles = _value_tiles(vc_ptr, clamped, stride_vcn, D, V_BITS, V_GROUP)
         acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
         v_meta = v_next
     _store_warp_streams(m_i, l_i, pz_sum, acc, row_ok, slot, part_o_ptr, part_lse_ptr, D, V_BITS, V_GROUP)

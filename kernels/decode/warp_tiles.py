@@ -91,18 +91,18 @@ def _query_key_operands(q_ptr, q_rows, row_ok, qk_scale, qf, D: tl.constexpr, K_
 
 
 @triton.jit
-def _key_tile(kc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, K_BITS: tl.constexpr):
-    """One key tile of tokens offs_n [WARPS, BLOCK_W]: [WARPS, BLOCK_W, KB] bytes, or [WARPS, BLOCK_W, KB / 2] 16-bit
-    words where a field has two halves (`_key_halves`)."""
+def _key_tile(kc_ptr, offs_n, stride_n, D: tl.constexpr, K_BITS: tl.constexpr):
+    """One key tile of stored tokens offs_n [WARPS, BLOCK_W], loaded without a mask: [WARPS, BLOCK_W, KB] bytes, or
+    [WARPS, BLOCK_W, KB / 2] 16-bit words where a field has two halves (`_key_halves`)."""
     KB: tl.constexpr = D * K_BITS // 8
     KH: tl.constexpr = _key_halves(D, K_BITS)
     if KH == 2:
         kw = tl.arange(0, KB // 2)
-        tile = tl.load(kc_ptr.to(tl.pointer_type(tl.uint16)) + offs_n[:, :, None] * (stride_n // 2) + kw[None, None, :],
-                       mask=mask_n[:, :, None], other=0)
+        words = kc_ptr.to(tl.pointer_type(tl.uint16)) + offs_n[:, :, None] * (stride_n // 2) + kw[None, None, :]
+        tile = tl.load(words)
     else:
         kb = tl.arange(0, KB)
-        tile = tl.load(kc_ptr + offs_n[:, :, None] * stride_n + kb[None, None, :], mask=mask_n[:, :, None], other=0)
+        tile = tl.load(kc_ptr + offs_n[:, :, None] * stride_n + kb[None, None, :])
     return tile
 
 
@@ -162,8 +162,7 @@ def _warp_tile(offs_n, end, partial, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc,
     K_FIELDS: tl.constexpr = KP // KG                                               # fields per group
     KH: tl.constexpr = _key_halves(D, K_BITS)
     clamped = tl.minimum(offs_n, end - 1)                                           # in bounds: no load masks
-    mask_n = tl.full(offs_n.shape, 1, tl.int1)                                      # folded away
-    packed = _key_tile(kc_ptr, clamped, mask_n, stride_kcn, D, K_BITS)             # [WARPS, BLOCK_W, KB / KH]
+    packed = _key_tile(kc_ptr, clamped, stride_kcn, D, K_BITS)                     # [WARPS, BLOCK_W, KB / KH]
     for g in tl.static_range(KG):
         for f in tl.static_range(g * K_FIELDS + K_FIELDS - 1, g * K_FIELDS - 1, -1):
             for h in tl.static_range(KH):
@@ -181,7 +180,7 @@ def _warp_tile(offs_n, end, partial, q_t, q_sums, k_meta, v_meta, m_i, l_i, acc,
     if partial:
         qk = tl.where((offs_n < end)[:, :, None], qk, float("-inf"))
     p, alpha, m_i, l_i = _warp_softmax_step(qk, m_i, l_i)
-    tiles = _value_tiles(vc_ptr, clamped, mask_n, stride_vcn, D, V_BITS, V_GROUP)
+    tiles = _value_tiles(vc_ptr, clamped, stride_vcn, D, V_BITS, V_GROUP)
     acc, pz_sum = _value_step(acc, pz_sum, p, alpha, tiles, v_meta, D, V_BITS, V_GROUP, FP16, ASM)
     return m_i, l_i, acc, pz_sum
 
@@ -208,12 +207,12 @@ def _empty_streams(WARPS: tl.constexpr, R: tl.constexpr, D: tl.constexpr, V_BITS
 
 
 @triton.jit
-def _value_tiles(vc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
-    """One transposed value tile of tokens offs_n [WARPS, BLOCK_W]: a tuple of code tiles per row block
-    (`_block_rows`), transposed so that they stay in the cp.async pipeline: [WARPS, ROWS, BLOCK_W] bytes, or
-    [WARPS, ROWS / 2, BLOCK_W] 16-bit words (bytes 2i and 2i + 1 of a token) where a block has two halves. Words
-    reach the value MMA's A operand by 16-bit transposed matrix loads where bytes take one shared-memory load
-    each."""
+def _value_tiles(vc_ptr, offs_n, stride_n, D: tl.constexpr, V_BITS: tl.constexpr, V_GROUP: tl.constexpr):
+    """One transposed value tile of stored tokens offs_n [WARPS, BLOCK_W], loaded without a mask: a tuple of code
+    tiles per row block (`_block_rows`), transposed so that they stay in the cp.async pipeline: [WARPS, ROWS,
+    BLOCK_W] bytes, or [WARPS, ROWS / 2, BLOCK_W] 16-bit words (bytes 2i and 2i + 1 of a token) where a block has two
+    halves. Words reach the value MMA's A operand by 16-bit transposed matrix loads where bytes take one
+    shared-memory load each."""
     BLOCKS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[0]
     ROWS: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[1]
     HALVES: tl.constexpr = _block_rows(D, V_BITS, V_GROUP)[2]
@@ -222,10 +221,9 @@ def _value_tiles(vc_ptr, offs_n, mask_n, stride_n, D: tl.constexpr, V_BITS: tl.c
         rows = (j * ROWS) // HALVES + tl.arange(0, ROWS // HALVES)
         if HALVES == 2:
             words = vc_ptr.to(tl.pointer_type(tl.uint16)) + offs_n[:, None, :] * (stride_n // 2) + rows[None, :, None]
-            tiles = tiles + (tl.load(words, mask=mask_n[:, None, :], other=0),)     # [WARPS, rows / 2, BLOCK_W]
+            tiles = tiles + (tl.load(words),)                                       # [WARPS, rows / 2, BLOCK_W]
         else:
-            tiles = tiles + (tl.load(vc_ptr + offs_n[:, None, :] * stride_n + rows[None, :, None],
-                                     mask=mask_n[:, None, :], other=0),)            # [WARPS, rows, BLOCK_W]
+            tiles = tiles + (tl.load(vc_ptr + offs_n[:, None, :] * stride_n + rows[None, :, None]),)  # [WARPS, rows, W]
     return tiles
 
 

@@ -97,15 +97,15 @@ def _words(c_ptr, tok, ok, word, stride_n, BITS: tl.constexpr):
 
 
 @triton.jit
-def _aligned_words(c_ptr, tok, ok, stride_n, KC: tl.constexpr, WORDS: tl.constexpr, BITS: tl.constexpr):
-    """Words 0 .. KC - 1 (8 codes in BITS bytes, little-endian; int32) of the token rows tok [W, BLOCK_W, 1] (masked
-    by ok, the same shape; words from WORDS on are padding, 0): [W, BLOCK_W, KC]. Rows start 4-byte aligned
+def _aligned_words(c_ptr, tok, stride_n, KC: tl.constexpr, WORDS: tl.constexpr, BITS: tl.constexpr):
+    """Words 0 .. KC - 1 (8 codes in BITS bytes, little-endian; int32) of the stored token rows tok [W, BLOCK_W, 1]
+    (words from WORDS on are padding, 0): [W, BLOCK_W, KC]. Rows start 4-byte aligned
     (`check_turbo_inputs`), so a 2- or 4-byte word is one load, and every 4 words of 3 bytes are three uint32 loads
     u0, u1, u2: (u0, u0 >> 24 | u1 << 8, u1 >> 16 | u2 << 16, u2 >> 8), their bits above the 24th left for the
     field shifts to drop."""
     if BITS == 3:
         m = tl.arange(0, KC // 4)[None, None, :]                                    # 4 words per 12 bytes
-        m_ok = ok & (m < WORDS // 4)
+        m_ok = m < WORDS // 4
         u = c_ptr.to(tl.pointer_type(tl.uint32)) + tok * (stride_n // 4) + 3 * m
         u0 = tl.load(u, mask=m_ok, other=0)
         u1 = tl.load(u + 1, mask=m_ok, other=0)
@@ -116,7 +116,7 @@ def _aligned_words(c_ptr, tok, ok, stride_n, KC: tl.constexpr, WORDS: tl.constex
         word = tl.arange(0, KC)[None, None, :]
         unit: tl.constexpr = tl.uint16 if BITS == 2 else tl.uint32
         ptrs = c_ptr.to(tl.pointer_type(unit)) + tok * (stride_n // BITS) + word
-        words = tl.load(ptrs, mask=ok & (word < WORDS), other=0).to(tl.uint32)
+        words = tl.load(ptrs, mask=word < WORDS, other=0).to(tl.uint32)
     return words.to(tl.int32, bitcast=True)
 
 
@@ -140,9 +140,7 @@ def _key_scores(kc_ptr, offs_n, norm, stride_kcn, q_t, table, word, word_ok, D: 
     a token mask; their fp32 norms): (norm / |c|) * sum over chunks of centroids @ q_j^T, unmasked (the caller masks
     tokens outside its split). |c|^2 is a dot too: the squared centroids against ones (0 on padding rows), so that
     it lands in the scores' layout, every column the same sum."""
-    stored = tl.full((offs_n.shape[0], offs_n.shape[1], 1), 1, tl.int1)            # folded away
-    words = _aligned_words(kc_ptr, offs_n[:, :, None], stored, stride_kcn, word.shape[0], D // 8,
-                           BITS)                                                    # [WARPS, BLOCK_W, KC]
+    words = _aligned_words(kc_ptr, offs_n[:, :, None], stride_kcn, word.shape[0], D // 8, BITS)  # [WARPS, BLOCK_W, KC]
     ones = tl.broadcast_to(word_ok[None, :, None], q_t[0].shape).to(q_t[0].dtype)  # [WARPS, KC, R]
     for c in tl.static_range(len(q_t)):
         cent = _key_centroids((words >> (BITS * c)) & ((1 << BITS) - 1), table, BITS, BYTE_TABLE, FP16)
